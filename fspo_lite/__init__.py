@@ -1,0 +1,28 @@
+"""fspo-lite: factuality-aware RL for LLMs (FSPO, GRPO and friends), small enough to read.
+
+The math lives in pure functions (`algos`, `text`, `align`); the trainer and rollout engines
+are thin shells around them. See README.md and docs/ for the tour.
+"""
+
+from .algos import (
+    aggregate_loss,
+    clipped_surrogate,
+    fspo_flip,
+    group_advantages,
+    kl_k3,
+    step_score,
+    token_advantages,
+)
+from .config import Config, load_config
+from .data import QAExample, load_examples
+from .grading import math_answers_equal
+from .models import load_policy
+from .text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Config", "QAExample", "aggregate_loss", "clipped_surrogate", "extract_answer", "fspo_flip",
+    "group_advantages", "hotpot_em_f1", "is_unknown", "kl_k3", "load_config", "load_examples",
+    "load_policy", "math_answers_equal", "parse_response", "sentence_spans", "step_score", "token_advantages",
+]

@@ -1,0 +1,151 @@
+"""The math of GRPO and FSPO as pure tensor functions (docs: ../shared/docs/ALGORITHMS.md, sections 1-2).
+
+Nothing here touches a model: every function maps tensors to tensors, so each formula can be
+checked by hand. Shapes: B responses, T completion tokens; `mask` is 1 on real completion tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+KL_CLAMP = 10.0
+LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "dr_grpo")
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """Group-relative advantage per response: (R - mean_group) / (std_group + eps).
+
+    `rewards` is 1-D with each group's G responses contiguous. The std is the sample
+    (unbiased) std, as in TRL and verl; a group of one has std 0. With scale_by_std=False
+    this is Dr.GRPO's R - mean_group.
+    """
+    rewards = torch.as_tensor(rewards)
+    rewards = rewards if rewards.is_floating_point() else rewards.float()
+    if rewards.ndim != 1 or rewards.numel() % group_size != 0:
+        raise ValueError(f"rewards must be 1-D with a multiple of group_size={group_size} entries, got {tuple(rewards.shape)}")
+    grouped = rewards.view(-1, group_size)
+    centred = grouped - grouped.mean(dim=1, keepdim=True)
+    if scale_by_std:
+        std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(centred[:, :1])
+        centred = centred / (std + eps)
+    return centred.reshape(-1)
+
+
+def zero_std_group_fraction(rewards: torch.Tensor, group_size: int) -> float:
+    """Share of groups whose rewards are all equal (they give no learning signal)."""
+    grouped = torch.as_tensor(rewards, dtype=torch.float32).view(-1, group_size)
+    return (grouped.max(dim=1).values == grouped.min(dim=1).values).float().mean().item()
+
+
+def fspo_flip(advantages: torch.Tensor, sentence_mask: torch.Tensor) -> torch.Tensor:
+    """FSPO advantage flip: A' = A where mask * A >= 0, else -A.
+
+    `sentence_mask` is +1 on tokens of sentences the verifier supports, -1 on tokens of
+    unsupported ones and 0 elsewhere (tags, answer, unverifiable text), so supported
+    sentences never get a negative advantage and unsupported ones never a positive one.
+    """
+    if advantages.shape != sentence_mask.shape:
+        raise ValueError(f"shapes differ: advantages {tuple(advantages.shape)} vs mask {tuple(sentence_mask.shape)}")
+    conflict = (sentence_mask * advantages) < 0
+    return torch.where(conflict, -advantages, advantages)
+
+
+def step_score(labels: list[int]) -> float:
+    """FSPO's step-wise factuality score: mean of +1/-1 over verified sentences (0 if none)."""
+    verified = [label for label in labels if label != 0]
+    return sum(verified) / len(verified) if verified else 0.0
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 ("low_var_kl") estimate of KL(pi_theta || pi_ref), clamped to [-10, 10]."""
+    log_ratio = (ref_logp - logp).clamp(-KL_CLAMP, KL_CLAMP)
+    return (torch.exp(log_ratio) - log_ratio - 1).clamp(-KL_CLAMP, KL_CLAMP)
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO clipped policy loss per token and a bool tensor marking tokens where clipping was active.
+
+    loss = -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - old_logp).
+    """
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - epsilon_low, 1.0 + epsilon_high)
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def aggregate_loss(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token-mean",
+    max_completion_length: int | None = None,
+    total_tokens: float | None = None,
+    total_sequences: int | None = None,
+) -> torch.Tensor:
+    """Reduce a (B, T) per-token loss to a scalar.
+
+    token-mean: sum / number of tokens. seq-mean-token-mean: mean over sequences of each
+    sequence's token mean. dr_grpo: sum / (sequences * max_completion_length).
+    With gradient accumulation pass the whole step's `total_tokens` / `total_sequences` so the
+    micro-batch losses add up to the full-batch loss.
+    """
+    mask = mask.to(token_loss.dtype)
+    sequences = total_sequences if total_sequences is not None else token_loss.shape[0]
+    if mode == "token-mean":
+        tokens = total_tokens if total_tokens is not None else mask.sum()
+        return (token_loss * mask).sum() / max(float(tokens), 1.0)
+    if mode == "seq-mean-token-mean":
+        per_sequence = (token_loss * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return per_sequence.sum() / max(sequences, 1)
+    if mode == "dr_grpo":
+        if not max_completion_length:
+            raise ValueError("dr_grpo aggregation needs max_completion_length")
+        return (token_loss * mask).sum() / (max(sequences, 1) * max_completion_length)
+    raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
+
+
+def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_size: int = 4) -> torch.Tensor:
+    """log softmax(logits)[tokens] without materialising the full log-softmax.
+
+    Processes `chunk_size` rows at a time, so peak extra memory is chunk_size * T * V floats
+    instead of B * T * V (the vocabulary is 49k for SmolLM2, 152k for Qwen2.5).
+    """
+    out = []
+    for rows, row_tokens in zip(logits.split(chunk_size), tokens.split(chunk_size)):
+        rows = rows.float()
+        picked = rows.gather(-1, row_tokens.unsqueeze(-1)).squeeze(-1)
+        out.append(picked - torch.logsumexp(rows, dim=-1))
+    return torch.cat(out)
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int = 4) -> torch.Tensor:
+    """Per-position entropy of softmax(logits), computed in row chunks (no gradient needed)."""
+    out = []
+    for rows in logits.split(chunk_size):
+        logp = torch.log_softmax(rows.float(), dim=-1)
+        out.append(-(logp.exp() * logp).sum(-1))
+    return torch.cat(out)
+
+
+def token_advantages(
+    rewards: torch.Tensor,
+    completion_mask: torch.Tensor,
+    group_size: int,
+    scale_by_std: bool = True,
+    sentence_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) advantages: group advantages broadcast over each response's tokens, FSPO-flipped
+    when a sentence mask is given. Also returns the (B, T) bool tensor of flipped tokens."""
+    per_response = group_advantages(rewards, group_size, scale_by_std)
+    advantages = per_response[:, None] * completion_mask.to(per_response.dtype)
+    if sentence_mask is None:
+        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
+    flipped = fspo_flip(advantages, sentence_mask.to(advantages.dtype))
+    return flipped, flipped != advantages

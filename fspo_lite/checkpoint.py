@@ -1,0 +1,147 @@
+"""Checkpoints that survive crashes: written to a temporary folder, then renamed into place.
+
+A checkpoint holds the weights (the LoRA adapter in PEFT format, or the full model), the
+optimizer, the RNG states and the trainer state (step, data position). A manifest with every
+file's size is written last; a folder without it, or with a file of the wrong size, is
+reported as truncated instead of being loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, partial or truncated."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None) -> Path:
+    """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it."""
+    root = Path(output_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:06d}"
+    staging = root / f".staging-{step:06d}-{os.getpid()}"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    model.save_pretrained(staging / "model", safe_serialization=True)
+    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    torch.save(rng_state(), staging / "rng.pt")
+    (staging / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
+    if config is not None:
+        config.save(staging / "config.yaml")
+    files = {
+        str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()
+    }
+    for name in files:
+        with open(staging / name, "rb") as handle:
+            os.fsync(handle.fileno())
+    _write_text_atomic(staging / MANIFEST, json.dumps({"step": step, "files": files}, indent=2))
+    _fsync_dir(staging)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(staging, final)
+    _fsync_dir(root)
+    _write_text_atomic(root / "latest", final.name)
+    return final
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint folder, or None when there is none."""
+    root = Path(output_dir) / "checkpoints"
+    pointer = root / "latest"
+    if pointer.exists():
+        candidate = root / pointer.read_text().strip()
+        if candidate.exists():
+            return candidate
+    complete = sorted(p for p in root.glob("step-*") if (p / MANIFEST).exists()) if root.exists() else []
+    return complete[-1] if complete else None
+
+
+def verify_checkpoint(path: str | Path) -> dict:
+    """Check the manifest against the files on disk; return the manifest or raise CheckpointError."""
+    path = Path(path)
+    manifest_path = path / MANIFEST
+    if not manifest_path.exists():
+        raise CheckpointError(f"checkpoint {path} is partial: no {MANIFEST} (the run stopped while writing it)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as error:
+        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({error})") from None
+    for name, size in manifest["files"].items():
+        file = path / name
+        if not file.exists():
+            raise CheckpointError(f"checkpoint {path} is partial: {name} is missing")
+        if file.stat().st_size != size:
+            raise CheckpointError(
+                f"checkpoint {path} is truncated: {name} has {file.stat().st_size} bytes, expected {size}"
+            )
+    return manifest
+
+
+def load_checkpoint(path: str | Path, model, optimizer) -> dict:
+    """Restore weights, optimizer and RNG from a verified checkpoint; return the trainer state."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    verify_checkpoint(path)
+    weights_dir = path / "model"
+    adapter = weights_dir / "adapter_model.safetensors"
+    if adapter.exists():
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(str(adapter)))
+    else:
+        state = {}
+        for shard in sorted(weights_dir.glob("*.safetensors")):
+            state.update(load_file(str(shard)))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        real_missing = [k for k in missing if "lm_head" not in k]  # tied embeddings are saved once
+        if real_missing or unexpected:
+            raise CheckpointError(f"checkpoint {path} does not match the model: missing {real_missing[:5]}, "
+                                  f"unexpected {unexpected[:5]}")
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+    return json.loads((path / "trainer_state.json").read_text())

@@ -1,0 +1,283 @@
+"""One config object for the CLI, the notebooks and papermill.
+
+Plain dataclasses, loadable from YAML, overridable with dotted ``key=value`` strings.
+Unknown keys are an error that lists the valid ones, so a typo never silently falls back
+to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+@dataclass
+class ModelConfig:
+    """Which policy to train and how to adapt it."""
+
+    name: str = "smollm2-135m"
+    """'smollm2-135m' (bundled GGUF, offline), 'tiny' (random weights, tests), a hub id or a local folder."""
+    dtype: str = "float32"
+    """float32 | bfloat16 | float16. CPUs want float32."""
+    lora: bool = True
+    """Train a LoRA adapter (True) or all weights (False)."""
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_target_modules: list[str] = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    )
+    adapter_path: str | None = None
+    """Start from a saved LoRA adapter (PEFT folder) instead of a fresh one."""
+    trust_remote_code: bool = False
+    """Never on by default: remote code runs on your machine."""
+    gradient_checkpointing: bool = False
+    load_in_4bit: bool = False
+    """QLoRA through bitsandbytes (GPU only)."""
+    backend: str = "transformers"
+    """transformers | unsloth (GPU only)."""
+
+
+@dataclass
+class DataConfig:
+    """Where questions come from and how prompts are built."""
+
+    train: str = "bundled:kbqa_train"
+    """'bundled:<name>' (files in data/), a local .jsonl/.parquet path, or 'hf:<hub id>[:config][@split]'."""
+    eval: str = "bundled:kbqa_test"
+    limit: int | None = None
+    """Use only the first N training examples (after shuffling with the seed)."""
+    system_prompt: str = (
+        "You are a careful assistant. Think inside <think> </think>, then give the final answer inside "
+        "<answer> </answer>."
+    )
+    few_shot: int = 2
+    """Worked examples shown as earlier chat turns (0-2); small models need them to use the tags."""
+    response_prefix: str = "<think>"
+    """Text that opens the assistant turn; the reply is parsed as prefix + completion."""
+    evidence_in_prompt: bool = False
+    """Show the evidence to the policy. Off: closed-book, as in the FSPO paper (only the verifier sees it)."""
+    max_prompt_tokens: int = 512
+    filter_path: str | None = None
+    """A difficulty-filter file (see `fspo_lite filter`); when set, train only on the kept questions."""
+
+
+@dataclass
+class RolloutConfig:
+    """How responses are sampled."""
+
+    engine: str = "transformers"
+    """transformers | vllm (GPU only) | vllm-server (an OpenAI-compatible server)."""
+    group_size: int = 8
+    """G: responses sampled per prompt; advantages are relative within a group."""
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    generation_batch_size: int = 64
+    """Sequences generated at once (prompts x samples)."""
+    vllm_gpu_memory_utilization: float = 0.4
+    vllm_enable_sleep_mode: bool = False
+    vllm_server_url: str | None = None
+
+
+@dataclass
+class RewardConfig:
+    """How responses are scored and turned into advantages."""
+
+    method: str = "fspo"
+    """grpo | fspo | caution | rlfh | klcf."""
+    answer_metric: str = "auto"
+    """auto (F1 for QA, exact equivalence for math) | f1 | em."""
+    format_penalty: float = -2.0
+    """Reward for a response whose <think>/<answer> tags are malformed (FSPO reference: -2)."""
+    log_step_factuality: bool = True
+    """Verify reasoning sentences for every method (not only FSPO) so runs can be compared on step
+    factuality. Off saves the verifier's time when the method does not need it."""
+    step_reward_lambda: float = 0.0
+    """FSPO option: add lambda * step score (mean of +1/-1 over verified sentences) to the reward.
+    0 is the published behaviour (the step score is only logged)."""
+
+
+@dataclass
+class VerifierConfig:
+    """The step verifier that FSPO uses to label reasoning sentences."""
+
+    name: str = "lexical"
+    """lexical (offline default) | embedding | nli | hhem | llm."""
+    threshold: float = 0.5
+    """A sentence is factual iff P(supported) > threshold."""
+    batch_size: int = 32
+    model: str | None = None
+    """Model id/path for model-based verifiers."""
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop (GRPO section 1 of docs/ALGORITHMS)."""
+
+    steps: int = 50
+    prompts_per_step: int = 4
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    beta: float = 0.0
+    """KL coefficient (k3 estimator). 0 skips the reference forward pass; FSPO used 0.001."""
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    """Clip range 1-eps_low .. 1+eps_high; DAPO's clip-higher uses 0.28."""
+    scale_by_std: bool = True
+    """Divide group advantages by the group std (GRPO); False gives Dr.GRPO's mean-only centring."""
+    loss_aggregation: str = "token-mean"
+    """token-mean | seq-mean-token-mean | dr_grpo."""
+    ppo_epochs: int = 1
+    """mu: passes over each batch of rollouts. 1 means pi_old = pi_theta (ratio 1)."""
+    micro_batch_size: int = 8
+    """Sequences per forward/backward; gradients accumulate over the step's batch."""
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    output_dir: str = "runs/default"
+    save_every: int = 0
+    """Checkpoint every N steps (0: only at the end)."""
+    resume: bool = False
+    """Continue from the latest checkpoint in output_dir."""
+    max_bad_steps: int = 3
+    """Stop after this many consecutive steps with a non-finite loss or gradient."""
+    tensorboard: bool = False
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+class ConfigError(ValueError):
+    """A config file or override names an unknown key or a value of the wrong type."""
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    """Convert a YAML/CLI value to the field's declared type, or raise ConfigError."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(value, inner[0], where)
+    if origin is list:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, args[0], where) for v in value]
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+            return value.lower() in ("true", "1", "yes", "on")
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if annotation is float:
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _update(obj: Any, values: dict[str, Any], prefix: str) -> None:
+    types = _field_types(type(obj))
+    for key, value in values.items():
+        where = f"{prefix}{key}"
+        if key not in types:
+            raise ConfigError(f"unknown config key '{where}'; valid keys here: {', '.join(sorted(types))}")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"'{where}' is a section; expected a mapping, got {value!r}")
+            _update(current, value, where + ".")
+        else:
+            setattr(obj, key, _coerce(value, types[key], where))
+
+
+def config_from_dict(values: dict[str, Any] | None) -> Config:
+    """Build a Config from nested plain data (a parsed YAML file), validating every key."""
+    config = Config()
+    _update(config, values or {}, "")
+    return config
+
+
+def apply_overrides(config: Config, overrides: list[str] | dict[str, Any]) -> Config:
+    """Apply 'section.key=value' strings (CLI --set) or a flat {'section.key': value} dict (papermill)."""
+    items = overrides.items() if isinstance(overrides, dict) else [_split_override(o) for o in overrides]
+    for dotted, value in items:
+        nested: dict[str, Any] = {}
+        cursor = nested
+        parts = dotted.split(".")
+        for part in parts[:-1]:
+            cursor = cursor.setdefault(part, {})
+        cursor[parts[-1]] = value
+        _update(config, nested, "")
+    return config
+
+
+def _split_override(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like section.key=value")
+    key, raw = text.split("=", 1)
+    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
+    """Load a YAML config (or the defaults when path is None) and apply overrides."""
+    values = {}
+    if path is not None:
+        text = Path(path).read_text()
+        values = yaml.safe_load(text) or {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{path}: top level must be a mapping of sections")
+    config = config_from_dict(values)
+    if overrides:
+        apply_overrides(config, overrides)
+    return config
+
+
+def config_json(config: Config) -> str:
+    return json.dumps(config.to_dict(), indent=2, sort_keys=False)

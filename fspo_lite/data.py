@@ -1,0 +1,228 @@
+"""QA examples and the loaders that produce them.
+
+One record type serves every data set: training sets (bundled knowledge-base QA, multi-hop,
+HotpotQA with evidence, GSM8K, MATH/SimpleRL) and the QA-style benchmarks. A source is named
+by a string:
+
+- ``bundled:<name>``: ``data/<name>.jsonl`` shipped with the project,
+- a local ``.jsonl`` / ``.json`` / ``.parquet`` path,
+- ``hf:<dataset id>[:<config>][@<split>]``: a hub dataset (needs network and `datasets`).
+
+Field names of the common releases are mapped onto the record (``answer``/``answers``/
+``right_answer``, ``knowledge``/``evidence``/``context``...), so files like those in
+``../shared/data`` load as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
+
+
+@dataclass
+class QAExample:
+    """A question with its accepted answers and (possibly empty) evidence text."""
+
+    id: str
+    question: str
+    answers: list[str]
+    evidence: str = ""
+    source: str = ""
+    task: str = "qa"
+    """'qa' (graded by answer F1/EM) or 'math' (graded by answer equivalence; no step verification)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answer(self) -> str:
+        return self.answers[0] if self.answers else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class DataError(ValueError):
+    """A data file or row is malformed; the message names the file, line and field."""
+
+
+def _first(row: dict, *keys: str, default=None):
+    for key in keys:
+        if key in row and row[key] is not None:
+            return row[key]
+    return default
+
+
+def _as_text(value: Any) -> str:
+    """Evidence may come as a string, a list of paragraphs, or HotpotQA's {title, sentences} context."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "sentences" in value:  # hub HotpotQA context
+        titles = value.get("title", [])
+        return "\n\n".join(
+            f"{t}: {''.join(s)}" if t else "".join(s) for t, s in zip(titles, value["sentences"])
+        )
+    if isinstance(value, (list, tuple)):
+        return "\n\n".join(_as_text(v) for v in value if v)
+    return str(value)
+
+
+def _as_answers(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value if v is not None and str(v).strip()]
+    if isinstance(value, dict) and "text" in value:  # SQuAD-style {"text": [...]}
+        return _as_answers(value["text"])
+    return [str(value)]
+
+
+def _gsm8k_final(answer: str) -> str:
+    """GSM8K hub answers end with '#### 42'; the shared files hold just '42'."""
+    return answer.split("####")[-1].strip().replace(",", "") if "####" in answer else answer
+
+
+def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAExample:
+    """Map a raw row of any supported release onto a QAExample, or raise DataError naming the field."""
+    if not isinstance(row, dict):
+        raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    question = _first(row, "question", "problem", "query", "prompt")
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{where}: field 'question' is missing, empty or not a string")
+    answers = _as_answers(_first(row, "answers", "answer", "right_answer", "best_answer", "solution"))
+    if not answers:
+        raise DataError(f"{where}: no answer field (answers / answer / right_answer / best_answer)")
+    canonical = "task" in row  # rows written by this project (save_examples) carry their own source
+    task = row.get("task") or ("math" if any(s in source.lower() for s in MATH_SOURCES) else "qa")
+    if task == "math":
+        answers = [_gsm8k_final(a) for a in answers]
+    known = {"id", "_id", "question_id", "question", "problem", "query", "prompt", "answers", "answer",
+             "right_answer", "best_answer", "solution", "evidence", "knowledge", "context", "task", "extra"}
+    if canonical:
+        known.add("source")
+    extra = dict(row.get("extra") or {})
+    extra.update({k: v for k, v in row.items() if k not in known})
+    return QAExample(
+        id=str(_first(row, "id", "_id", "question_id", default=f"{source}-{index}")),
+        question=question.strip(),
+        answers=answers,
+        evidence=_as_text(_first(row, "evidence", "knowledge", "context")),
+        source=str(row.get("source") or source) if canonical else source,
+        task=task,
+        extra=extra,
+    )
+
+
+def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
+    with open(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                if skip_bad:
+                    stats["skipped"] += 1
+                    continue
+                raise DataError(f"{path}:{line_number}: invalid UTF-8 ({error.reason})") from None
+            if not text.strip():
+                continue
+            try:
+                yield line_number, json.loads(text)
+            except json.JSONDecodeError as error:
+                if skip_bad:
+                    stats["skipped"] += 1
+                    continue
+                raise DataError(f"{path}:{line_number}: broken JSON ({error.msg} at column {error.colno})") from None
+
+
+def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        yield from _read_jsonl(path, skip_bad, stats)
+    elif suffix == ".json":
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        yield from enumerate(rows if isinstance(rows, list) else rows.get("data", []), start=1)
+    elif suffix == ".parquet":
+        import pandas as pd
+
+        yield from enumerate(pd.read_parquet(path).to_dict("records"), start=1)
+    else:
+        raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
+
+
+def _rows_from_hub(spec: str) -> Iterable[tuple[int, dict]]:
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("hub data sets need the 'datasets' package: pip install datasets") from None
+    name, _, split = spec.partition("@")
+    dataset_id, _, config_name = name.partition(":")
+    try:
+        dataset = datasets.load_dataset(dataset_id, config_name or None, split=split or "train")
+    except Exception as error:
+        raise DataError(
+            f"could not load hub data set '{dataset_id}' ({type(error).__name__}: {error}). Offline, use a local "
+            f"file or one of the bundled sets: {', '.join(bundled_names())}"
+        ) from error
+    yield from enumerate(dataset, start=1)
+
+
+def bundled_names() -> list[str]:
+    return sorted(p.stem for p in DATA_DIR.glob("*.jsonl"))
+
+
+def resolve_source(spec: str) -> tuple[str, Path | None]:
+    """(source name, local path or None for hub) for a data spec string."""
+    if spec.startswith("bundled:"):
+        name = spec.split(":", 1)[1]
+        path = DATA_DIR / f"{name}.jsonl"
+        if not path.exists():
+            raise DataError(f"no bundled data set '{name}'; available: {', '.join(bundled_names())}")
+        return name, path
+    if spec.startswith("hf:"):
+        return spec[3:].split("@")[0].split(":")[0].split("/")[-1], None
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise DataError(
+            f"data source '{spec}' is not a file; use bundled:<name> ({', '.join(bundled_names())}), "
+            "a .jsonl/.json/.parquet path, or hf:<dataset id>"
+        )
+    return path.stem, path
+
+
+def load_examples(
+    spec: str, limit: int | None = None, seed: int | None = None, skip_bad_rows: bool = False, stats: dict | None = None
+) -> list[QAExample]:
+    """Load QA examples from a bundled name, a local file or a hub id.
+
+    `seed` shuffles before `limit` is applied. With skip_bad_rows, malformed rows are skipped
+    and counted in `stats['skipped']`; otherwise the first one raises DataError naming the
+    file, line and field.
+    """
+    stats = stats if stats is not None else {}
+    stats.setdefault("skipped", 0)
+    source, path = resolve_source(spec)
+    rows = _rows_from_hub(spec[3:]) if path is None else _rows_from_path(path, skip_bad_rows, stats)
+    where_prefix = str(path) if path is not None else spec
+    examples = []
+    for line_number, row in rows:
+        try:
+            examples.append(record_from_row(row, source, line_number - 1, f"{where_prefix}:{line_number}"))
+        except DataError:
+            if not skip_bad_rows:
+                raise
+            stats["skipped"] += 1
+    if seed is not None:
+        random.Random(seed).shuffle(examples)
+    return examples[:limit] if limit else examples
+
+
+def save_examples(examples: Iterable[QAExample], path: str | Path) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        for example in examples:
+            handle.write(json.dumps(example.to_dict(), ensure_ascii=False) + "\n")

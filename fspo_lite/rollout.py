@@ -1,0 +1,116 @@
+"""Rollout engines: prompts in, sampled completions (token ids and text) out.
+
+`TransformersRollout` batches prompts x samples through `model.generate` with left padding
+and the KV cache, and stops as soon as every sequence has produced EOS. The vLLM engines
+(GPU) live in `fspo_lite.vllm_rollout` behind the same `generate` signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+
+@dataclass
+class Rollout:
+    """A batch of sampled responses; row i answers prompt i // num_samples."""
+
+    prompt_ids: torch.Tensor
+    """(N, P) left-padded prompt tokens."""
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    """(N, C) right-padded completion tokens."""
+    completion_mask: torch.Tensor
+    """(N, C) 1 on sampled tokens up to and including the first EOS."""
+    texts: list[str]
+    num_samples: int
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(dim=1)
+
+
+def completion_mask_from_ids(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
+    """1 up to and including the first EOS of each row, 0 after it."""
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
+    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
+    return (~seen_before).long()
+
+
+def _pad_to(tensor: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing <= 0:
+        return tensor
+    pad = torch.full((tensor.shape[0], missing), value, dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def eos_ids(tokenizer, model=None) -> list[int]:
+    """All token ids that end a response (tokenizer EOS plus the generation config's)."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    return sorted(i for i in ids if i is not None)
+
+
+class TransformersRollout:
+    """Sampling with `model.generate` on whatever device the model is on."""
+
+    def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
+                 generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.generation_batch_size = generation_batch_size
+        self.max_prompt_tokens = max_prompt_tokens
+        self.progress = progress
+
+    @classmethod
+    def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False):
+        return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
+                   rollout_config.generation_batch_size, max_prompt_tokens, progress)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
+                 max_new_tokens: int | None = None) -> Rollout:
+        """Sample `num_samples` completions per prompt (greedy when do_sample=False)."""
+        tokenizer, model = self.tokenizer, self.model
+        device = next(model.parameters()).device
+        expanded = [p for p in prompts for _ in range(num_samples)]
+        eos = eos_ids(tokenizer, model)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        was_training = model.training
+        model.eval()
+        chunks = []
+        batches = range(0, len(expanded), self.generation_batch_size)
+        for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
+            batch = expanded[start : start + self.generation_batch_size]
+            encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
+                                truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
+            sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
+                else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+            output = model.generate(
+                **encoded, max_new_tokens=max_new_tokens or self.max_new_tokens, eos_token_id=eos,
+                pad_token_id=pad_id, use_cache=True, **sampling,
+            )
+            chunks.append((encoded["input_ids"], encoded["attention_mask"], output[:, encoded["input_ids"].shape[1]:]))
+        model.train(was_training)
+        prompt_width = max(c[0].shape[1] for c in chunks)
+        completion_width = max(max(c[2].shape[1] for c in chunks), 1)
+        prompt_ids = torch.cat([_pad_to(c[0], prompt_width, pad_id, left=True) for c in chunks])
+        prompt_mask = torch.cat([_pad_to(c[1], prompt_width, 0, left=True) for c in chunks])
+        completion_ids = torch.cat([_pad_to(c[2], completion_width, pad_id, left=False) for c in chunks])
+        completion_mask = completion_mask_from_ids(completion_ids, eos)
+        completion_ids = completion_ids.masked_fill(completion_mask == 0, pad_id)
+        texts = tokenizer.batch_decode(
+            [ids[: int(n)] for ids, n in zip(completion_ids, completion_mask.sum(1))],
+            skip_special_tokens=True, clean_up_tokenization_spaces=False,
+        )
+        return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples)

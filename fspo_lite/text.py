@@ -1,0 +1,199 @@
+"""Parsing and scoring of model text: tags, answers, "Unknown", EM/F1, numbers, sentences.
+
+Every function here takes untrusted model output and returns a defined value for any input
+(no tags, repeated tags, empty, very long, any unicode); none of them raises on bad text.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+
+@dataclass(frozen=True)
+class ParsedResponse:
+    """Where the reasoning and the answer sit in a response (character spans into the text)."""
+
+    format_ok: bool
+    think_span: tuple[int, int] | None
+    answer_span: tuple[int, int] | None
+    answer: str | None
+
+
+def parse_response(text: str) -> ParsedResponse:
+    """Locate <think>...</think> and <answer>...</answer>.
+
+    The format is valid when each tag occurs exactly once, in the order think, /think, answer,
+    /answer, the answer is not empty and only whitespace lies outside the two blocks. The spans
+    are reported whenever they can be found, valid format or not, so a verifier can still read a
+    reasoning block that is followed by a malformed answer.
+    """
+    counts = {tag: text.count(tag) for tag in _TAGS}
+    think_span = answer_span = None
+    t_open, t_close = text.find(THINK_OPEN), text.find(THINK_CLOSE)
+    if t_open != -1 and t_close > t_open:
+        think_span = (t_open + len(THINK_OPEN), t_close)
+    a_open = text.find(ANSWER_OPEN, t_close + 1 if t_close != -1 else 0)
+    a_close = text.find(ANSWER_CLOSE, a_open + 1) if a_open != -1 else -1
+    if a_open != -1 and a_close != -1:
+        answer_span = (a_open + len(ANSWER_OPEN), a_close)
+    answer = text[answer_span[0] : answer_span[1]].strip() if answer_span else None
+    format_ok = (
+        all(count == 1 for count in counts.values())
+        and think_span is not None
+        and answer_span is not None
+        and bool(answer)
+        and not text[:t_open].strip()
+        and not text[t_close + len(THINK_CLOSE) : a_open].strip()
+        and not text[a_close + len(ANSWER_CLOSE) :].strip()
+    )
+    return ParsedResponse(format_ok, think_span, answer_span, answer)
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} (or \\boxed[...]) with balanced brackets, else None."""
+    for match in reversed(list(re.finditer(r"\\boxed\s*([{\[])", text))):
+        opener = match.group(1)
+        closer = "}" if opener == "{" else "]"
+        depth, start = 0, match.end()
+        for i in range(match.end() - 1, len(text)):
+            if text[i] == opener:
+                depth += 1
+            elif text[i] == closer:
+                depth -= 1
+                if depth == 0:
+                    return text[start:i].strip()
+    return None
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer: the last <answer>...</answer> block, else the last \\boxed{}, else None."""
+    if not isinstance(text, str):
+        return None
+    blocks = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
+    if blocks:
+        inner = blocks[-1]
+        # nested or repeated opening tags: keep what follows the innermost one
+        inner = inner.rsplit(ANSWER_OPEN, 1)[-1].strip()
+        boxed = _last_boxed(inner)
+        return boxed if boxed is not None else inner
+    return _last_boxed(text)
+
+
+_UNKNOWN_PATTERNS = re.compile(
+    r"^(unknown|i (do not|don't|dont) know|not sure|i am not sure|i'm not sure|unsure|no idea|"
+    r"cannot (be )?(determined|answer)|can't (be )?(determined|answer)|i cannot answer|"
+    r"insufficient information|not enough information|n/?a|none known)\b"
+)
+
+
+def is_unknown(answer: str | None) -> bool:
+    """True when the answer declines ("Unknown", "I don't know", ...): the caution reward's NOT_ATTEMPTED."""
+    if not answer:
+        return False
+    return bool(_UNKNOWN_PATTERNS.match(answer.strip().lower().strip(" .!*\"'")))
+
+
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """HotpotQA/SQuAD normalisation: lowercase, drop punctuation and articles, collapse spaces."""
+    text = text.lower().translate(_PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _em_f1_single(prediction: str, gold: str) -> tuple[float, float]:
+    pred_norm, gold_norm = normalize_answer(prediction), normalize_answer(gold)
+    em = float(pred_norm == gold_norm)
+    special = {"yes", "no", "noanswer"}
+    if (pred_norm in special or gold_norm in special) and pred_norm != gold_norm:
+        return em, 0.0
+    pred_tokens, gold_tokens = pred_norm.split(), gold_norm.split()
+    common = Counter(pred_tokens) & Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return em, 0.0
+    precision, recall = overlap / len(pred_tokens), overlap / len(gold_tokens)
+    return em, 2 * precision * recall / (precision + recall)
+
+
+def hotpot_em_f1(prediction: str | None, gold: str | list[str]) -> tuple[float, float]:
+    """HotpotQA answer exact match and token F1, the best over the accepted gold answers."""
+    if prediction is None:
+        return 0.0, 0.0
+    golds = [gold] if isinstance(gold, str) else list(gold)
+    scores = [_em_f1_single(prediction, g) for g in golds if g is not None]
+    if not scores:
+        return 0.0, 0.0
+    return max(s[0] for s in scores), max(s[1] for s in scores)
+
+
+_NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?|-?\.\d+")
+
+
+def parse_number(text: str | None) -> Fraction | None:
+    """The last number in the text ('$1,234.50', '3/4', '-2'), as an exact Fraction, else None."""
+    if not text:
+        return None
+    matches = _NUMBER_RE.findall(text.replace("$", "")[-10_000:])
+    if not matches:
+        return None
+    raw = matches[-1].replace(",", "")
+    try:
+        return Fraction(raw)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def numbers_equal(prediction: str | None, gold: str, rel_tol: float = 1e-6) -> bool:
+    """GSM8K-style check: the last number of the prediction equals the gold number."""
+    pred, target = parse_number(prediction), parse_number(gold)
+    if pred is None or target is None:
+        return False
+    if pred == target:
+        return True
+    return abs(float(pred) - float(target)) <= rel_tol * max(1.0, abs(float(target)))
+
+
+@lru_cache(maxsize=1)
+def _segmenter():
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def sentence_spans(text: str) -> list[tuple[int, int]]:
+    """Sentences of `text` as (start, end) character spans, whitespace trimmed, in order.
+
+    pysbd finds the boundaries; each segment is then located in the original text from a
+    moving cursor, so the spans index the exact string the tokens came from.
+    """
+    if not isinstance(text, str) or not text.strip():
+        return []
+    spans: list[tuple[int, int]] = []
+    cursor = 0
+    try:
+        segments = _segmenter().segment(text)
+    except Exception:  # pysbd can fail on pathological input; fall back to one span
+        segments = [text]
+    for segment in segments:
+        piece = segment.strip()
+        if not piece:
+            continue
+        start = text.find(piece, cursor)
+        if start == -1:
+            continue
+        end = start + len(piece)
+        spans.append((start, end))
+        cursor = end
+    return spans

@@ -1,0 +1,304 @@
+"""The GRPO/FSPO training loop: a thin stateful shell around the pure functions.
+
+One step: sample questions -> generate G responses each -> rewards and sentence verification
+-> token advantages (FSPO flip) -> mu epochs of clipped-surrogate updates -> metrics and,
+now and then, a checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from . import algos
+from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .config import Config
+from .data import QAExample, load_examples
+from .logprobs import completion_logprobs, reference_context
+from .metrics import MetricsLogger
+from .models import load_policy, trainable_parameter_count
+from .prompts import prompt_text
+from .rewards import score_rollouts
+from .rollout import Rollout, TransformersRollout
+from .verifiers import build_verifier
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (for example: too many consecutive non-finite steps)."""
+
+
+@dataclass
+class ExampleSampler:
+    """Endless seeded reshuffles of the training set; (epoch, position) is its whole state."""
+
+    size: int
+    seed: int = 0
+    epoch: int = 0
+    position: int = 0
+    order: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.size <= 0:
+            raise ValueError("the training set is empty")
+        self._shuffle()
+
+    def _shuffle(self) -> None:
+        self.order = list(range(self.size))
+        random.Random(self.seed * 100_003 + self.epoch).shuffle(self.order)
+
+    def next(self, count: int) -> list[int]:
+        picked = []
+        while len(picked) < count:
+            if self.position >= self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+                self._shuffle()
+            picked.append(self.order[self.position])
+            self.position += 1
+        return picked
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.position = state["epoch"], state["position"]
+        self._shuffle()
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_training_examples(config: Config) -> list[QAExample]:
+    """The training questions, restricted to a difficulty filter's kept ids when one is configured."""
+    examples = load_examples(config.data.train, seed=config.train.seed)
+    if config.data.filter_path:
+        kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
+        examples = [e for e in examples if e.id in kept]
+    return examples[: config.data.limit] if config.data.limit else examples
+
+
+class Trainer:
+    """Owns the model, optimizer, rollout engine and verifier; `train()` runs config.train.steps steps."""
+
+    def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
+                 verifier=None, progress: bool = True):
+        self.config = config
+        self.progress = progress
+        set_seed(config.train.seed)
+        if model is None or tokenizer is None:
+            model, tokenizer = load_policy(config.model, seed=config.train.seed)
+        self.model, self.tokenizer = model, tokenizer
+        self.examples = train_examples if train_examples is not None else load_training_examples(config)
+        self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
+        self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
+        self.engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens)
+        self.parameters = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=config.train.learning_rate, weight_decay=config.train.weight_decay
+        )
+        self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
+        self.output_dir = Path(config.train.output_dir)
+        self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
+        self.step_index = 0
+        self.bad_steps = 0
+        self.skipped_updates = 0
+        if config.train.resume:
+            self.resume()
+
+    def _frozen_reference(self):
+        import copy
+
+        reference = copy.deepcopy(self.model).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return reference
+
+    # ---- state -------------------------------------------------------------------------
+    def resume(self) -> bool:
+        """Continue from the newest complete checkpoint in output_dir; False when there is none."""
+        path = latest_checkpoint(self.output_dir)
+        if path is None:
+            return False
+        state = load_checkpoint(path, self.model, self.optimizer)
+        self.step_index = state["step"]
+        self.sampler.load_state_dict(state["sampler"])
+        self.skipped_updates = state.get("skipped_updates", 0)
+        self.logger.truncate_after(self.step_index)
+        return True
+
+    def save(self) -> Path:
+        state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates}
+        return save_checkpoint(self.output_dir, self.step_index, self.model, self.optimizer, state, self.config)
+
+    # ---- the loop ----------------------------------------------------------------------
+    def train(self) -> list[dict]:
+        """Run the remaining steps; returns their metrics (also in output_dir/metrics.jsonl)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.config.save(self.output_dir / "config.yaml")
+        history = []
+        steps = range(self.step_index, self.config.train.steps)
+        bar = tqdm(steps, desc=f"train {self.config.reward.method}", disable=not self.progress)
+        for _ in bar:
+            metrics = self.train_step()
+            history.append(metrics)
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
+                            fact=f"{metrics['step_factuality']:.2f}")
+            every = self.config.train.save_every
+            if every and self.step_index % every == 0 and self.step_index < self.config.train.steps:
+                self.save()
+        self.save()
+        return history
+
+    def rollout(self, examples: list[QAExample]) -> Rollout:
+        prompts = [prompt_text(self.tokenizer, e, self.config.data) for e in examples]
+        return self.engine.generate(prompts, self.config.rollout.group_size)
+
+    def train_step(self) -> dict:
+        """One GRPO/FSPO step; returns and logs its metrics."""
+        config = self.config
+        started = time.perf_counter()
+        examples = [self.examples[i] for i in self.sampler.next(config.train.prompts_per_step)]
+        rollout = self.rollout(examples)
+        generated = time.perf_counter()
+        per_response = [e for e in examples for _ in range(config.rollout.group_size)]
+        scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier)
+        advantages, flipped = algos.token_advantages(
+            scored.rewards, rollout.completion_mask, config.rollout.group_size, config.train.scale_by_std,
+            scored.sentence_mask,
+        )
+        scored_at = time.perf_counter()
+        update = self.update(rollout, advantages)
+        self.step_index += 1
+        tokens = int(rollout.completion_mask.sum())
+        elapsed = time.perf_counter() - started
+        metrics = {
+            "step": self.step_index,
+            **scored.metrics,
+            "frac_reward_zero_std": algos.zero_std_group_fraction(scored.rewards, config.rollout.group_size),
+            "flipped_token_share": flipped.sum().item() / max(tokens, 1),
+            **update,
+            "completion_length": rollout.completion_lengths.float().mean().item(),
+            "tokens_per_second": tokens / max(elapsed, 1e-9),
+            "generation_time": generated - started,
+            "reward_time": scored_at - generated,
+            "update_time": time.perf_counter() - scored_at,
+            "step_time": elapsed,
+            "skipped_updates": self.skipped_updates,
+        }
+        self.logger.log(metrics)
+        self._log_sample(examples[0], rollout, scored, advantages)
+        return metrics
+
+    def _log_sample(self, example, rollout, scored, advantages) -> None:
+        """Write the first response of the step, token by token, to samples.jsonl (for plots)."""
+        length = int(rollout.completion_mask[0].sum())
+        ids = rollout.completion_ids[0, :length].tolist()
+        unflipped = algos.group_advantages(scored.rewards, self.config.rollout.group_size, self.config.train.scale_by_std)[0]
+        record = {
+            "step": self.step_index, "question": example.question, "gold": example.answers,
+            "response": scored.views[0].text, "reward": scored.rewards[0].item(),
+            "tokens": self.tokenizer.convert_ids_to_tokens(ids), "offsets": scored.views[0].offsets,
+            "advantage": unflipped.item(), "token_advantages": advantages[0, :length].tolist(),
+            "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
+        }
+        with open(self.output_dir / "samples.jsonl", "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+
+    def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):
+        return completion_logprobs(
+            model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows],
+            rollout.completion_mask[rows], self.config.rollout.temperature, with_entropy,
+        )
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, rollout: Rollout, reference: bool) -> torch.Tensor:
+        chunks = []
+        for rows in self._micro_batches(rollout):
+            if reference and self.reference is not None:
+                chunks.append(self._logprobs(self.reference, rollout, rows)[0])
+            elif reference:
+                with reference_context(self.model):
+                    chunks.append(self._logprobs(self.model, rollout, rows)[0])
+            else:
+                chunks.append(self._logprobs(self.model, rollout, rows)[0])
+        return torch.cat(chunks)
+
+    def _micro_batches(self, rollout: Rollout) -> list[slice]:
+        size = self.config.train.micro_batch_size
+        total = rollout.completion_ids.shape[0]
+        return [slice(start, min(start + size, total)) for start in range(0, total, size)]
+
+    def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict:
+        """mu epochs over the rollout, one optimizer step per epoch with gradient accumulation."""
+        train = self.config.train
+        model = self.model
+        model.train()
+        mask = rollout.completion_mask.float()
+        total_tokens, total_sequences = mask.sum().item(), mask.shape[0]
+        old_logp = self._frozen_logprobs(rollout, reference=False) if train.ppo_epochs > 1 else None
+        ref_logp = self._frozen_logprobs(rollout, reference=True) if train.beta > 0 else None
+        sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
+        grad_norm = float("nan")
+        for epoch in range(train.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            epoch_loss = 0.0
+            for rows in self._micro_batches(rollout):
+                logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0)
+                old = logp.detach() if old_logp is None else old_logp[rows]
+                token_loss, clipped = algos.clipped_surrogate(
+                    logp, old, advantages[rows], train.epsilon_low, train.epsilon_high
+                )
+                if ref_logp is not None:
+                    kl = algos.kl_k3(logp, ref_logp[rows])
+                    token_loss = token_loss + train.beta * kl
+                    if epoch == 0:
+                        sums["kl"] += (kl.detach() * mask[rows]).sum().item()
+                loss = algos.aggregate_loss(
+                    token_loss, mask[rows], train.loss_aggregation, self.config.rollout.max_new_tokens,
+                    total_tokens, total_sequences,
+                )
+                loss.backward()
+                epoch_loss += loss.item()
+                if epoch == 0:
+                    sums["clipped"] += (clipped.float() * mask[rows]).sum().item()
+                    sums["entropy"] += (entropy * mask[rows]).sum().item()
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, train.max_grad_norm).item()
+            if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
+                self._skip_update(epoch_loss, grad_norm)
+                break
+            self.optimizer.step()
+            self.bad_steps = 0
+            sums["loss"] += epoch_loss / train.ppo_epochs
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = max(total_tokens, 1.0)
+        return {
+            "loss": sums["loss"], "grad_norm": grad_norm, "clip_fraction": sums["clipped"] / tokens,
+            "kl": sums["kl"] / tokens if ref_logp is not None else float("nan"),
+            "entropy": sums["entropy"] / tokens, "learning_rate": self.optimizer.param_groups[0]["lr"],
+        }
+
+    def _skip_update(self, loss: float, grad_norm: float) -> None:
+        self.skipped_updates += 1
+        self.bad_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        print(f"[fspo_lite] step {self.step_index + 1}: non-finite loss {loss} or grad norm {grad_norm}; "
+              f"update skipped ({self.bad_steps} in a row)")
+        if self.bad_steps >= self.config.train.max_bad_steps:
+            raise TrainingError(
+                f"{self.bad_steps} consecutive steps had a non-finite loss or gradient "
+                f"(train.max_bad_steps={self.config.train.max_bad_steps}); lower the learning rate or check the data"
+            )
+
+
+def describe(trainer: Trainer) -> str:
+    trainable, total = trainable_parameter_count(trainer.model)
+    return (f"{trainer.config.model.name}: {trainable:,} trainable of {total:,} parameters; "
+            f"{len(trainer.examples)} training questions; method {trainer.config.reward.method}")

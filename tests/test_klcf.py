@@ -14,7 +14,7 @@ from fspo_lite.methods.klcf import (
     dedupe_claims, klcf_reward, klcf_scores, load_checklists,
 )
 from fspo_lite.rewards import Judges, score_rollouts
-from fspo_lite.rollout import Rollout, completion_mask_from_ids
+from fspo_lite.rollout import rollout_from_texts
 from fspo_lite.verifiers import LexicalVerifier, Verifier
 
 EVIDENCE = "Gold is a chemical element with the symbol Au and atomic number 79. It is a soft metal."
@@ -71,12 +71,6 @@ def test_klcf_scores_use_the_response_as_evidence_for_recall():
     assert scores == [(0.5, 0.8, 1), (0.0, 0.0, 0)]
 
 
-def _rollout(tokenizer, completions):
-    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in completions]
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
-    prompt = torch.ones(len(rows), 1, dtype=torch.long)
-    return Rollout(prompt, prompt, ids, completion_mask_from_ids(ids, [tokenizer.eos_token_id]), completions, len(rows))
 
 
 def test_score_rollouts_klcf(smol_tokenizer, tmp_path):
@@ -86,7 +80,7 @@ def test_score_rollouts_klcf(smol_tokenizer, tmp_path):
         "g": {"checklist": ["Gold has the symbol Au", "Gold has atomic number 79"]}}}))
     config = Config()
     config.reward.method, config.rollout.group_size, config.klcf.checklist_path = "klcf", 2, str(path)
-    rollout = _rollout(smol_tokenizer, ["Gold has the symbol Au.</think>\n<answer>Au</answer>", "Gold is Au."])
+    rollout = rollout_from_texts(smol_tokenizer, ["Gold has the symbol Au.</think>\n<answer>Au</answer>", "Gold is Au."])
     scored = score_rollouts([example] * 2, rollout, smol_tokenizer, config, LexicalVerifier())
     # response 1: states 1 of 2 facts (recall 0.5); its one claim is supported (lexical score 1.0)
     assert scored.details[0]["recall"] == 0.5 and scored.details[0]["precision"] == pytest.approx(1.0)

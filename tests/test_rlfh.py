@@ -16,7 +16,7 @@ from fspo_lite.methods.rlfh import (
 )
 from fspo_lite.methods.statements import Statement, response_sentences
 from fspo_lite.rewards import advantages_from_scores, response_views, score_rollouts
-from fspo_lite.rollout import Rollout, completion_mask_from_ids
+from fspo_lite.rollout import rollout_from_texts
 from fspo_lite.verifiers import Verifier
 
 V, I = truth_map(RLFHConfig()), info_map(RLFHConfig())
@@ -122,16 +122,10 @@ COMPLETION = "Paris is the capital of France, and Berlin is in Spain.</think>\n<
 TABLE = {"Paris is the capital of France": 0.9, "Berlin is in Spain": 0.1}
 
 
-def _rollout(tokenizer, completions):
-    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in completions]
-    width = max(map(len, rows))
-    ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
-    prompt = torch.ones(len(rows), 1, dtype=torch.long)
-    return Rollout(prompt, prompt, ids, completion_mask_from_ids(ids, [tokenizer.eos_token_id]), completions, len(rows))
 
 
 def _feedback(tokenizer, granularity="token", extractor=None):
-    rollout = _rollout(tokenizer, [COMPLETION])
+    rollout = rollout_from_texts(tokenizer, [COMPLETION])
     view = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, "<think>")[0]
     length = int(rollout.completion_mask.sum())
     config = RLFHConfig(granularity=granularity)
@@ -201,7 +195,7 @@ def test_reward_to_go_and_group_normalisation():
 
 
 def test_score_rollouts_rlfh_clips_and_adds_final_terms(smol_tokenizer):
-    rollout = _rollout(smol_tokenizer, [COMPLETION, "Berlin is in Spain."])
+    rollout = rollout_from_texts(smol_tokenizer, [COMPLETION, "Berlin is in Spain."])
     config = Config()
     config.reward.method, config.rollout.group_size = "rlfh", 2
     config.rlfh.outcome_weight, config.rlfh.reward_clip = 1.0, 1.5

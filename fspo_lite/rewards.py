@@ -21,6 +21,7 @@ from .data import QAExample
 from .grading import math_answers_equal
 from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
 from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
+from .methods import rlfh
 from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness, rlfh_feedback
 from .text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
 from .verifiers import Verifier, labels_from_scores
@@ -258,14 +259,18 @@ def _rlfh_rewards(examples, views, outcomes, completion_mask, config, verifier, 
         "rlfh_statements": len(labels),
         "rlfh_unlocated": sum(item.unlocated for item in feedback),
         "rlfh_unplaced": sum(item.unplaced for item in feedback),
-        "rlfh_correct_share": sum(label.endswith("orrect") for label in labels) / len(labels) if labels else float("nan"),
-        "rlfh_wrong_share": sum(label.endswith("rong") for label in labels) / len(labels) if labels else float("nan"),
+        "rlfh_correct_share": _share(labels, (rlfh.CORRECT, rlfh.HEDGED_CORRECT)),
+        "rlfh_wrong_share": _share(labels, (rlfh.WRONG, rlfh.HEDGED_WRONG)),
         "rlfh_info_mean": sum(infos) / len(infos) if infos else float("nan"),
     }
     details = [{"statements": [s.text for s in item.statements], "labels": item.labels, "infos": item.infos,
                 "truth_rewards": item.truth_rewards, "info_rewards": item.info_rewards,
                 "unlocated": item.unlocated, "unplaced": item.unplaced} for item in feedback]
     return token_rewards.sum(dim=1), token_rewards, details, metrics
+
+
+def _share(labels: list[str], wanted: tuple[str, ...]) -> float:
+    return sum(label in wanted for label in labels) / len(labels) if labels else float("nan")
 
 
 def _klcf_rewards(examples, texts, outcomes, config, verifier, judges):

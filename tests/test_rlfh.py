@@ -210,6 +210,7 @@ def test_score_rollouts_rlfh_clips_and_adds_final_terms(smol_tokenizer):
     assert scored.token_rewards.abs().max().item() <= 1.5
     assert scored.rewards.tolist() == pytest.approx(scored.token_rewards.sum(1).tolist())
     assert scored.metrics["rlfh_statements"] == 3 and scored.metrics["rlfh_unlocated"] == 0
+    assert (scored.metrics["rlfh_correct_share"], scored.metrics["rlfh_wrong_share"]) == pytest.approx((1 / 3, 2 / 3))
     advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
     assert advantages.shape == rollout.completion_ids.shape and not flipped.any()
     assert (advantages[rollout.completion_mask == 0] == 0).all() and advantages.abs().sum() > 0

@@ -73,6 +73,7 @@ def load_items(path: str | Path | None = None) -> list[PlaygroundItem]:
 
 
 def save_items(items: list[PlaygroundItem], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
         for item in items:
             row = {"example": item.example.to_dict(), "completions": item.completions,

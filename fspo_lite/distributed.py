@@ -1,6 +1,8 @@
 """Several processes (GPUs or CPU workers) training one policy, through `accelerate`.
 
-Launch with `accelerate launch --num_processes N -m fspo_lite train ...`; a plain
+Launch with `accelerate launch --num_processes N -m fspo_lite train ...` on GPUs (add
+`--config_file configs/accelerate/<name>.yaml` for FSDP), or on a CPU-only machine with
+`ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...` (gloo); a plain
 `python -m fspo_lite train` is the one-process case of the same code. The plan per step:
 
 - every rank draws the same global list of prompts and keeps a contiguous shard of it, so all
@@ -18,6 +20,8 @@ and are tested on their own; `Distributed` wraps an `accelerate.Accelerator` aro
 from __future__ import annotations
 
 import contextlib
+import os
+from typing import Mapping
 
 import torch
 
@@ -65,6 +69,28 @@ def combine_metrics(per_rank: list[dict], summed: tuple[str, ...] = SUMMED_METRI
     return combined
 
 
+CPU_LAUNCH = "ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N -m fspo_lite train ..."
+MPI_SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+
+
+def launch_problem(env: Mapping[str, str], joined_processes: int) -> str | None:
+    """Why this launch would silently train in one process instead of several, or None.
+
+    Two traps of accelerate 1.x on CPU-only machines: `accelerate launch --cpu --num_processes N`
+    starts N processes only through MPI (without --mpirun_hostfile it runs one), and
+    `--multi_gpu` without ACCELERATE_USE_CPU=1 starts N processes that never join a group.
+    """
+    started = int(env.get("WORLD_SIZE", "1"))
+    if started > 1 and joined_processes == 1:
+        return (f"{started} processes were started but accelerate did not join them into one group "
+                f"(on a machine without GPUs set ACCELERATE_USE_CPU=1): {CPU_LAUNCH}")
+    cpu = env.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true")
+    if cpu and "MASTER_ADDR" in env and "WORLD_SIZE" not in env and not any(v in env for v in MPI_SIZE_VARIABLES):
+        return ("`accelerate launch --cpu --num_processes N` starts several processes only through MPI "
+                f"(--mpirun_hostfile); without it only one runs. On one machine use: {CPU_LAUNCH}")
+    return None
+
+
 class Distributed:
     """This process's place in the run and the few collectives the trainer needs.
 
@@ -78,6 +104,9 @@ class Distributed:
             from accelerate import Accelerator
 
             accelerator = Accelerator()
+        problem = launch_problem(os.environ, accelerator.num_processes)
+        if problem:
+            raise RuntimeError(problem)
         self.accelerator = accelerator
         self.rank = accelerator.process_index
         self.world_size = accelerator.num_processes

@@ -125,18 +125,19 @@ class TransformersRollout:
 ROLLOUT_ENGINES = ("transformers", "vllm", "vllm-server")
 
 
-def build_rollout_engine(model, tokenizer, config, device=None, generate_kwargs: dict | None = None):
+def build_rollout_engine(model, tokenizer, config, dist):
     """The sampler named by config.rollout.engine, sharing `generate(prompts, num_samples, do_sample,
-    max_new_tokens) -> Rollout`. The vLLM engines are imported only when chosen (GPU extra)."""
+    max_new_tokens) -> Rollout`; `dist` (a `Distributed`) gives the rank and device. The vLLM
+    engines are imported only when chosen (GPU extra)."""
     engine = config.rollout.engine
     if engine == "transformers":
         if config.rollout.use_sampler_logprobs:
             raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
         return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
-                                               generate_kwargs=generate_kwargs)
+                                               generate_kwargs=dist.generation_kwargs())
     if engine in ("vllm", "vllm-server"):
         from .vllm_rollout import VLLMRollout, VLLMServerRollout
 
         cls = VLLMRollout if engine == "vllm" else VLLMServerRollout
-        return cls.from_config(model, tokenizer, config, device)
+        return cls.from_config(model, tokenizer, config, dist)
     raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")

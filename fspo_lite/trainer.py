@@ -115,7 +115,7 @@ class Trainer:
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
         if self.reference is not None:
             self.reference.to(self.dist.device)
-        self.engine = build_rollout_engine(model, tokenizer, config, self.dist.device, self.dist.generation_kwargs())
+        self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)

@@ -34,7 +34,7 @@ lite: train-smoke
 
 # GPU machines only (docs/gpu.md): the gpu-marked tests, then step time and peak memory of 4-bit LoRA GRPO/FSPO
 test-gpu: $(STAMP)
-	$(BIN)/python -m pip install -q -c requirements/gpu-constraints.txt -e '.[gpu]'
+	$(BIN)/python -m pip install -q -e '.[gpu]'
 	$(BIN)/python -m pytest -q -m gpu -rs
 
 bench-gpu: test-gpu

@@ -4,12 +4,14 @@ Run as `accelerate launch --num_processes 2 --cpu tests/dist_driver.py OUTPUT_DI
 or call `train(...)` in-process. Completions and rewards are fixed functions of the prompt and
 the completion tokens, independent of how prompts are batched or which rank holds them, so one
 2-process step and one single-process step see exactly the same global batch. After every
-step each rank writes its LoRA weights to OUTPUT_DIR/weights-rank<R>-step<S>.pt.
+step each rank writes its LoRA weights to OUTPUT_DIR/weights-rank<R>-step<S>.pt; at the end
+the trainer saves a checkpoint, and the main process records the launch in OUTPUT_DIR/launch.json.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import zlib
 from pathlib import Path
@@ -91,11 +93,16 @@ def train(output_dir: str | Path, steps: int, method: str = "fspo", extra: list[
     ])
     with fixed_scoring():
         trainer = trainer_module.Trainer(config, train_examples=EXAMPLES, progress=False)
+        if trainer.dist.is_main:
+            (output_dir / "launch.json").write_text(json.dumps({
+                "distributed_type": str(trainer.dist.accelerator.distributed_type),
+                "world_size": trainer.dist.world_size, "shards_weights": trainer.dist.shards_weights}))
         trainer.engine = FixedRollout(trainer.tokenizer)
         for step in range(1, steps + 1):
             trainer.train_step()
             weights = {k: v.detach().cpu().clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
             torch.save(weights, output_dir / f"weights-rank{trainer.dist.rank}-step{step}.pt")
+        trainer.save()
     return trainer
 
 

@@ -116,6 +116,8 @@ def test_two_processes_match_one_process_and_stay_identical(tmp_path):
     multi_rows = [json.loads(line) for line in (tmp_path / "multi" / "metrics.jsonl").read_text().splitlines()]
     single_rows = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in multi_rows] == [1, 2]  # written once, by the main process
+    launch = json.loads((tmp_path / "multi" / "launch.json").read_text())
+    assert launch == {"distributed_type": "DistributedType.MULTI_CPU", "world_size": 2, "shards_weights": False}
     for key in ("loss", "grad_norm", "completion_length", "frac_reward_zero_std"):
         assert multi_rows[0][key] == pytest.approx(single_rows[0][key], rel=1e-5, abs=1e-7)
 
@@ -130,3 +132,4 @@ def test_cli_trains_two_steps_in_two_processes(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert (tmp_path / "checkpoints" / "step-000002" / "manifest.json").exists()
+

@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 from . import algos
 from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import Config
-from .distributed import Distributed, loss_normalisers
 from .data import QAExample, load_mixture
+from .distributed import Distributed, loss_normalisers
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger
 from .models import load_policy, trainable_parameter_count

@@ -1,7 +1,7 @@
 """Deterministic tiny-model training for the multi-process tests (tests/test_distributed.py).
 
-Run as `accelerate launch --num_processes 2 --cpu tests/dist_driver.py OUTPUT_DIR STEPS METHOD`
-or call `train(...)` in-process. Completions and rewards are fixed functions of the prompt and
+Run as `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 tests/dist_driver.py
+OUTPUT_DIR STEPS METHOD [--then-cli DATA_FILE]` or call `train(...)` in-process. Completions and rewards are fixed functions of the prompt and
 the completion tokens, independent of how prompts are batched or which rank holds them, so one
 2-process step and one single-process step see exactly the same global batch. After every
 step each rank writes its LoRA weights to OUTPUT_DIR/weights-rank<R>-step<S>.pt; at the end
@@ -107,5 +107,21 @@ def train(output_dir: str | Path, steps: int, method: str = "fspo", extra: list[
 
 
 if __name__ == "__main__":
-    Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)
-    train(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:])
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("output_dir")
+    parser.add_argument("steps", type=int)
+    parser.add_argument("method")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--then-cli", metavar="DATA_FILE",
+                        help="afterwards, in the same (already started) processes, train 2 steps through the real "
+                             "CLI on DATA_FILE into OUTPUT_DIR/cli: saves a second start of every process")
+    args = parser.parse_args()
+    Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+    train(args.output_dir, args.steps, args.method, args.overrides)
+    if args.then_cli:
+        from fspo_lite.__main__ import main
+
+        main(["train", "--config", str(REPO / "configs" / "tiny.yaml"), "--set", "train.steps=2",
+              "--set", f"train.output_dir={Path(args.output_dir) / 'cli'}", "--set", f"data.train={args.then_cli}"])

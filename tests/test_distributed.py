@@ -102,9 +102,15 @@ def _driver():
     return module
 
 
-def test_two_processes_match_one_process_and_stay_identical(tmp_path):
-    _launch(["tests/dist_driver.py", str(tmp_path / "multi"), "2", "fspo"])
-    _driver().train(tmp_path / "single", 1, "fspo")
+def test_two_processes_match_one_process_and_the_cli_runs(tmp_path):
+    """One launch of 2 processes: the fixed-batch driver (2 steps), then the real CLI (2 steps)."""
+    from fspo_lite.data import save_examples
+
+    driver = _driver()
+    save_examples(driver.EXAMPLES, tmp_path / "train.jsonl")
+    result = _launch(["tests/dist_driver.py", str(tmp_path / "multi"), "2", "fspo",
+                      "--then-cli", str(tmp_path / "train.jsonl")])
+    driver.train(tmp_path / "single", 1, "fspo")
     load = lambda name: torch.load(name, weights_only=True)  # noqa: E731
     rank0 = [load(tmp_path / "multi" / f"weights-rank0-step{s}.pt") for s in (1, 2)]
     rank1 = [load(tmp_path / "multi" / f"weights-rank1-step{s}.pt") for s in (1, 2)]
@@ -120,16 +126,8 @@ def test_two_processes_match_one_process_and_stay_identical(tmp_path):
     assert launch == {"distributed_type": "DistributedType.MULTI_CPU", "world_size": 2, "shards_weights": False}
     for key in ("loss", "grad_norm", "completion_length", "frac_reward_zero_std"):
         assert multi_rows[0][key] == pytest.approx(single_rows[0][key], rel=1e-5, abs=1e-7)
-
-
-def test_cli_trains_two_steps_in_two_processes(tmp_path):
-    from fspo_lite.data import save_examples
-
-    save_examples(_driver().EXAMPLES, tmp_path / "train.jsonl")
-    result = _launch(["-m", "fspo_lite", "train", "--config", "configs/tiny.yaml", "--set", "train.steps=2",
-                      "--set", f"train.output_dir={tmp_path}", "--set", f"data.train={tmp_path / 'train.jsonl'}"])
+    # the CLI part: 2 steps, one report, metrics written once, a checkpoint
+    cli = tmp_path / "multi" / "cli"
     assert result.stdout.count("metrics:") == 1  # only the main process reports
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert (tmp_path / "checkpoints" / "step-000002" / "manifest.json").exists()
-
+    assert [json.loads(line)["step"] for line in (cli / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+    assert (cli / "checkpoints" / "step-000002" / "manifest.json").exists()

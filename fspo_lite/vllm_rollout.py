@@ -159,6 +159,7 @@ class VLLMRollout:
         self.max_prompt_tokens = max_prompt_tokens
         self.with_logprobs = with_logprobs
         self.sleep_between_rollouts = sleep_between_rollouts
+        self.asleep = False
         self.adapters = AdapterVersions(adapter_root)
         self.device = device
         self.eos = eos_ids(tokenizer, policy)
@@ -188,12 +189,14 @@ class VLLMRollout:
                                        max_new_tokens or self.max_new_tokens, self.eos, self.with_logprobs)
         requests = ids if do_sample else [p for p in ids for _ in range(num_samples)]
         name, adapter_id, path = self.adapters.save(self.policy)
-        if self.sleep_between_rollouts:
+        if self.asleep:
             self.llm.wake_up()
+            self.asleep = False
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in requests], SamplingParams(**arguments),
                                     lora_request=LoRARequest(name, adapter_id, path), use_tqdm=False)
         if self.sleep_between_rollouts:
             self.llm.sleep(level=1)  # base weights to CPU RAM, KV cache freed: the update gets the memory
+            self.asleep = True
         completions, logprobs = completions_from_request_outputs(outputs, self.with_logprobs)
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)
 

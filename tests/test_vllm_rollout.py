@@ -160,7 +160,7 @@ def test_colocated_engine_passes_a_new_adapter_version_per_call(tmp_path, tiny_p
     assert params.kwargs["n"] == 3 and params.kwargs["temperature"] == 0.9 and params.kwargs["max_tokens"] == 8
     assert (lora.name, lora.id, lora2.id) == ("policy-v1", 1, 2) and lora2.path.endswith("v2")
     assert len(greedy_requests) == 2 and greedy_params.kwargs["n"] == 1  # greedy: the prompt repeated
-    assert llm.events == ["wake", "generate", "sleep1", "wake", "generate", "sleep1"]
+    assert llm.events == ["generate", "sleep1", "wake", "generate", "sleep1"]  # starts awake
     assert first.completion_ids.shape == (6, 3) and first.completion_ids[:3, 0].tolist() == [100, 101, 102]
     assert first.completion_mask.sum().item() == 18  # every completion ends with EOS (id 2), kept
     assert torch.allclose(first.sampling_logprobs[0], torch.tensor([-0.25, -0.5, -0.75]))

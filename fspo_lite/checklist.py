@@ -12,9 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from .claims import build_claim_extractor
-from .data import load_examples
 from .methods.klcf import CHECKLIST_KIND, build_checklist
-from .probing import QuestionCache, base_engine, for_each_uncached, probe_settings
+from .probing import QuestionCache, base_engine, for_each_uncached, probe_settings, training_questions
 from .verifiers import build_verifier
 
 
@@ -27,7 +26,7 @@ def build_checklist_file(config, samples: int | None = None, output: str | None 
     settings = {**probe_settings(config, samples), "verifier": config.verifier.name,
                 "extractor": config.reward.claim_extractor, "threshold": klcf.checklist_threshold,
                 "dedup_overlap": klcf.dedup_overlap}
-    examples = load_examples(config.data.train, limit=config.data.limit, seed=config.train.seed)
+    examples = training_questions(config)
     cache = QuestionCache(output, CHECKLIST_KIND, settings)
     extractor, verifier = build_claim_extractor(config.reward.claim_extractor), build_verifier(config.verifier)
 

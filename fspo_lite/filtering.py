@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .data import load_examples
-from .probing import QuestionCache, QuestionStats, base_engine, probe, probe_settings
+from .probing import QuestionCache, QuestionStats, base_engine, probe, probe_settings, training_questions
 
 FILTER_KIND = "difficulty-filter"
 
@@ -62,7 +61,7 @@ def run_filter(config, samples: int | None = None, top: int | None = None, band:
     samples = samples or config.filter.samples
     top = top if top is not None else config.filter.top
     band = band if band is not None else config.filter.band
-    examples = load_examples(config.data.train, limit=config.data.limit, seed=config.train.seed)
+    examples = training_questions(config)
     cache = QuestionCache(output or config.filter.output, FILTER_KIND, probe_settings(config, samples))
     needs_model = any(e.id not in cache.questions for e in examples)
     engine, tokenizer = base_engine(config, progress) if needs_model else (None, None)

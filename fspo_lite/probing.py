@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import _write_text_atomic
-from .data import QAExample
+from .data import QAExample, load_mixture
 from .prompts import prompt_text
 from .rewards import outcome_reward
 
@@ -59,6 +59,13 @@ def sample_texts(engine, tokenizer, examples: Sequence[QAExample], data_config, 
         rollout = engine.generate([prompt_text(tokenizer, e, data_config) for e in chunk], samples)
         texts = [data_config.response_prefix + t for t in rollout.texts]
         yield chunk, [texts[i * samples : (i + 1) * samples] for i in range(len(chunk))]
+
+
+def training_questions(config, spec: str | None = None) -> list[QAExample]:
+    """The questions the trainer would draw from (`data.train` or `spec`, seeded order, first `data.limit`),
+    before any difficulty filter."""
+    examples = load_mixture(spec or config.data.train, seed=config.train.seed)
+    return examples[: config.data.limit] if config.data.limit else examples
 
 
 def settings_key(settings: dict[str, Any]) -> str:

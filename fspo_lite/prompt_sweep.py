@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import load_examples
-from .probing import QuestionCache, base_engine, probe, probe_settings
+from .probing import QuestionCache, base_engine, probe, probe_settings, training_questions
 
 FORMAT = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
 BUILTIN_PROMPTS = {  # from cautious to bold
@@ -90,7 +89,7 @@ def _slug(name: str) -> str:
 def run_sweep(config, prompts: dict[str, str], samples: int = 4, data: str | None = None,
               cache_dir: str | Path = "results/prompt_sweep", progress: bool = True) -> list[PromptResult]:
     """Evaluate every prompt on the same questions (each prompt's answers cached in cache_dir)."""
-    examples = load_examples(data or config.data.train, limit=config.data.limit, seed=config.train.seed)
+    examples = training_questions(config, data)
     engine = tokenizer = None
     results = []
     for name, prompt in prompts.items():

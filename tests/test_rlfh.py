@@ -175,6 +175,8 @@ def test_response_sentences_cover_reasoning_and_answer():
     text = "<think>A b. C d.</think><answer>E f.</answer>"
     assert [text[s:e] for s, e in response_sentences(text)] == ["A b.", "C d.", "E f."]
     assert [("no tags. At all."[s:e]) for s, e in response_sentences("no tags. At all.")] == ["no tags.", "At all."]
+    broken = "<think>Open only. Still open<answer>X</answer> trailing words"
+    assert [broken[s:e] for s, e in response_sentences(broken)] == ["Open only.", "Still open", "X", "trailing words"]
 
 
 def test_reward_to_go_and_group_normalisation():

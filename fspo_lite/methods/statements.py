@@ -1,7 +1,7 @@
 """A response's atomic statements: which sentence each belongs to and where its content ends.
 
-RLFH and KLCF judge statements, not whole sentences. The sentences come from the reasoning and
-answer blocks (the whole text when the tags are missing, as both methods are format-agnostic);
+RLFH and KLCF judge statements, not whole sentences. The sentences are those of everything the
+response says, cut at its tags (both methods are format-agnostic, so broken tags lose nothing);
 a `ClaimExtractor` splits each sentence into statements, and `locate_claim` finds the character
 where a statement's content ends, so a reward can be placed on that token. A statement that
 cannot be located keeps `end=None`: callers count it instead of dropping it.
@@ -9,11 +9,14 @@ cannot be located keeps `end=None`: callers count it instead of dropping it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Sequence
 
 from ..claims import ClaimExtractor, locate_claim
-from ..text import parse_response, sentence_spans
+from ..text import sentence_spans
+
+_TAG = re.compile(r"</?(?:think|answer)>")
 
 
 @dataclass
@@ -28,12 +31,15 @@ class Statement:
 
 
 def response_sentences(text: str) -> list[tuple[int, int]]:
-    """Sentence spans of the <think> and <answer> blocks, or of the whole text when neither is found."""
-    parsed = parse_response(text)
-    blocks = [span for span in (parsed.think_span, parsed.answer_span) if span is not None]
-    if not blocks:
-        blocks = [(0, len(text))]
-    return [(start + s, start + e) for start, end in blocks for s, e in sentence_spans(text[start:end])]
+    """Sentence spans of everything the response says: the text is cut at its <think>/<answer> tags
+    and each piece is split into sentences (reasoning, answer, and any text outside the blocks)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for tag in [*_TAG.finditer(text), None]:
+        end = tag.start() if tag else len(text)
+        spans += [(start + s, start + e) for s, e in sentence_spans(text[start:end])]
+        start = tag.end() if tag else end
+    return spans
 
 
 def extract_statements(texts: Sequence[str], extractor: ClaimExtractor) -> tuple[list[list[tuple[int, int]]], list[list[Statement]]]:

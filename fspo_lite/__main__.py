@@ -46,7 +46,9 @@ def cmd_filter(args) -> int:
     print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
           f"train on them with --set data.filter_path={result.path}")
     if args.figure:
-        print(f"figure: {plot_filter(result, args.figure)}")
+        title = (f"{config.model.name}, {len(result.stats)} questions x {args.samples or config.filter.samples}: "
+                 f"kept {result.kept_share:.0%}")
+        print(f"figure: {plot_filter(result, args.figure, title)}")
     return 0
 
 
@@ -63,7 +65,9 @@ def cmd_sweep_prompts(args) -> int:
         print(f"{r.name:<16}{r.correct_rate:>9.3f}{r.not_attempted_rate:>9.3f}{r.wrong_rate:>9.3f}"
               f"{r.format_rate:>9.3f}  {'*' if r.on_frontier else ''}")
     print(f"results: {save_sweep(results, args.results, settings)}")
-    print(f"figure: {plot_frontier(results, args.figure)}")
+    title = (f"{config.model.name} on {settings['data'].split('/')[-1]}: {results[0].answers} answers per prompt"
+             if results else "")
+    print(f"figure: {plot_frontier(results, args.figure, title)}")
     return 0
 
 

@@ -118,10 +118,12 @@ def plot_frontier(results: list[PromptResult], path: str | Path, title: str = ""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for r in results:
-        ax.scatter(r.not_attempted_rate, r.correct_rate, color="#2a7ab9" if r.on_frontier else "#999999", zorder=3)
-        ax.annotate(r.name, (r.not_attempted_rate, r.correct_rate), textcoords="offset points", xytext=(4, 4),
-                    fontsize=8)
+    points: dict[tuple[float, float], list[PromptResult]] = {}
+    for r in results:  # prompts with the same rates share one point and one label
+        points.setdefault((round(r.not_attempted_rate, 6), round(r.correct_rate, 6)), []).append(r)
+    for (x, y), group in points.items():
+        ax.scatter(x, y, color="#2a7ab9" if group[0].on_frontier else "#999999", zorder=3)
+        ax.annotate(", ".join(r.name for r in group), (x, y), textcoords="offset points", xytext=(5, 3), fontsize=8)
     frontier = sorted((r for r in results if r.on_frontier), key=lambda r: r.not_attempted_rate)
     ax.plot([r.not_attempted_rate for r in frontier], [r.correct_rate for r in frontier], color="#2a7ab9", zorder=2)
     ax.set_xlabel("not attempted (share of answers)")

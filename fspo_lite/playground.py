@@ -15,11 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .claims import build_claim_extractor
 from .config import Config, apply_overrides
 from .data import DATA_DIR, QAExample
 from .methods.klcf import build_checklist
+from .probing import base_engine, sample_texts
 from .rewards import advantages_from_scores, build_judges, parse_method, score_rollouts
 from .rollout import rollout_from_texts
+from .verifiers import build_verifier
 
 PLAYGROUND_FILE = DATA_DIR / "playground_examples.jsonl"
 
@@ -84,8 +87,6 @@ def save_items(items: list[PlaygroundItem], path: str | Path) -> None:
 def sample_items(config: Config, examples: list[QAExample], samples: int = 4, engine=None, tokenizer=None
                  ) -> list[PlaygroundItem]:
     """Fresh playground items: `samples` responses of the config's base model to each example."""
-    from .probing import base_engine, sample_texts
-
     if engine is None:
         engine, tokenizer = base_engine(config)
     prefix = config.data.response_prefix
@@ -123,13 +124,11 @@ def compute_playground(item: PlaygroundItem, tokenizer, method: str = "fspo", se
                        verifier=None, step: int = 0) -> PlaygroundResult:
     """Score the item's responses under `method` with `settings` ({config key: value}) and return the
     token advantages a training step would use, with an HTML rendering."""
-    from .verifiers import build_verifier
-
     config = playground_config(method, len(item.completions), item.response_prefix, settings)
     verifier = verifier if verifier is not None else build_verifier(config.verifier)
     checklists = None
     if parse_method(method).source == "klcf":
-        extractor = build_judges(playground_config("rlfh", 1, item.response_prefix)).extractor
+        extractor = build_claim_extractor(config.reward.claim_extractor)
         responses = [item.response_prefix + c for c in item.completions]
         checklists = {item.example.id: build_checklist(responses, item.example.evidence, extractor, verifier,
                                                        config.klcf.checklist_threshold, config.klcf.dedup_overlap)}

@@ -50,10 +50,11 @@ def grade_samples(example: QAExample, texts: Sequence[str]) -> QuestionStats:
                          sum(o.format_ok for o in outcomes))
 
 
-def sample_texts(engine, tokenizer, examples: Sequence[QAExample], data_config, samples: int,
-                 questions_per_batch: int | None = None) -> Iterator[tuple[list[QAExample], list[list[str]]]]:
-    """Yield (questions, their `samples` response texts each, response prefix included) batch by batch."""
-    size = questions_per_batch or max(1, engine.generation_batch_size // max(samples, 1))
+def sample_texts(engine, tokenizer, examples: Sequence[QAExample], data_config, samples: int
+                 ) -> Iterator[tuple[list[QAExample], list[list[str]]]]:
+    """Yield (questions, their `samples` response texts each, response prefix included) batch by batch,
+    as many questions per batch as fill the engine's generation batch."""
+    size = max(1, engine.generation_batch_size // max(samples, 1))
     for start in range(0, len(examples), size):
         chunk = list(examples[start : start + size])
         rollout = engine.generate([prompt_text(tokenizer, e, data_config) for e in chunk], samples)

@@ -79,3 +79,21 @@ def test_bundled_items_load():
         pytest.skip("data/playground_examples.jsonl not generated")
     items = playground.load_items()
     assert len(items) >= 4 and all(len(i.completions) >= 2 and i.example.evidence for i in items)
+
+
+def test_sample_items_strips_the_prefix():
+    from types import SimpleNamespace
+
+    from fspo_lite.config import Config
+
+    class Engine:
+        generation_batch_size = 4
+
+        def generate(self, prompts, num_samples):
+            return SimpleNamespace(texts=[f"reply {i}</think><answer>x</answer>" for i in range(len(prompts) * num_samples)])
+
+    items = playground.sample_items(Config(), [ITEM.example, ITEM.example], samples=2, engine=Engine(),
+                                    tokenizer=SimpleNamespace())
+    assert [i.completions for i in items] == [["reply 0</think><answer>x</answer>", "reply 1</think><answer>x</answer>"],
+                                              ["reply 2</think><answer>x</answer>", "reply 3</think><answer>x</answer>"]]
+    assert items[0].meta["model"] == "smollm2-135m" and items[0].response_prefix == "<think>"

@@ -159,8 +159,8 @@ def place_rewards(
         else:
             values[index] += value
 
-    for sentence_index, (start, end) in enumerate(sentences):
-        put(end, info_rewards[sentence_index])
+    for (_, end), reward in zip(sentences, info_rewards):
+        put(end, reward)
     for statement, reward in zip(statements, truth_rewards):
         sentence_end = sentences[statement.sentence][1]
         located = statement.end if granularity == "token" and statement.end is not None else sentence_end
@@ -185,7 +185,7 @@ def rlfh_feedback(
         by_response.setdefault(i, []).append(p)
     truth_values, info_values = truth_map(config), info_map(config)
     feedback = []
-    for i, text in enumerate(texts):
+    for i in range(len(texts)):
         statements = all_statements[i] if evidence[i] else []
         sentences = all_sentences[i] if evidence[i] else []
         probs = by_response.get(i, [])

@@ -91,7 +91,7 @@ def check_rewards(text: str) -> None:
         outcome = outcome_reward(example, text)
         assert outcome.reward == -2.0 if not outcome.format_ok else 0.0 <= outcome.reward <= 1.0
         assert 0.0 <= outcome.f1 <= 1.0 and isinstance(outcome.correct, bool)
-    verdicts = verify_sentences([EXAMPLE, EXAMPLE], [text, text], LexicalVerifier(), require_format=False)
+    verdicts = verify_sentences([EXAMPLE, MATH_EXAMPLE], [text, text], LexicalVerifier(), require_format=False)
     think = parse_response(text).think_span
     for verdict in verdicts:
         assert len(verdict.spans) == len(verdict.labels) == len(verdict.probabilities)

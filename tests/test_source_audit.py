@@ -129,9 +129,12 @@ def test_symbolic_worker_imports_only_stdlib_and_sympy(trees):
 
 
 def test_grading_never_loads_sympy_in_the_main_process():
-    code = (
-        "import sys\n"
-        "from fspo_lite import math_answers_equal\n"
+    code = (  # the package's __init__ is replaced by an empty package: it imports torch, which grading never needs
+        "import sys, types\n"
+        f"package = types.ModuleType('fspo_lite'); package.__path__ = [{str(PACKAGE)!r}]\n"
+        "sys.modules['fspo_lite'] = package\n"
+        "from fspo_lite.grading import math_answers_equal\n"
+        "assert 'torch' not in sys.modules\n"
         "assert math_answers_equal('2\\\\sqrt{2}', '\\\\sqrt{8}')\n"
         "assert not math_answers_equal('(x+1)^2', 'x^2+1')\n"
         "print('sympy loaded' if 'sympy' in sys.modules else 'sympy absent')\n"

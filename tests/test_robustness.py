@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fspo_lite.align import char_to_token_index, spans_to_token_values, token_char_offsets
+from fspo_lite.claims import RuleBasedClaimExtractor, locate_claim
 from fspo_lite.data import QAExample
 from fspo_lite.grading import math_answers_equal, normalize_math_answer, parse_plain_number
 from fspo_lite.latex_math import ParseError, parse_math
@@ -47,7 +48,7 @@ EXAMPLE = QAExample("q", "What is the capital of France?", ["Paris", "the City o
 MATH_EXAMPLE = QAExample("m", "What is 1/2 + 1/4?", ["\\frac{3}{4}"], task="math")
 
 
-def check_text_functions(text: str) -> None:
+def check_text_functions(text: str) -> list[tuple[int, int]]:
     parsed = parse_response(text)
     for span in (parsed.think_span, parsed.answer_span):
         assert span is None or 0 <= span[0] <= span[1] <= len(text)
@@ -70,6 +71,7 @@ def check_text_functions(text: str) -> None:
         piece = text[start:end]
         assert piece == piece.strip()
         previous_end = end
+    return spans
 
 
 def check_grading(text: str) -> None:
@@ -102,6 +104,16 @@ def check_rewards(text: str) -> None:
     assert all(p is None or 0.0 <= p <= 1.0 for p in scores)
 
 
+def check_claims(text: str, spans: list[tuple[int, int]]) -> None:
+    spans = spans[:50] or [(0, len(text))]
+    claims = RuleBasedClaimExtractor().extract([text[s:e] for s, e in spans])
+    assert len(claims) == len(spans) and all(isinstance(c, str) for group in claims for c in group)
+    for (start, end), group in zip(spans, claims):
+        for claim in group[:5] + [text]:
+            position = locate_claim(claim, text, (start, end))
+            assert position is None or start < position <= end
+
+
 @SETTINGS
 @given(MODEL_TEXT)
 def test_text_functions_on_any_output(text):
@@ -120,12 +132,19 @@ def test_rewards_and_verifier_on_any_output(text):
     check_rewards(text)
 
 
-@pytest.mark.parametrize("index", range(len(HUGE)))
+@SETTINGS
+@given(MODEL_TEXT)
+def test_claims_on_any_output(text):
+    check_claims(text, sentence_spans(text))
+
+
+@pytest.mark.parametrize("index", range(len(HUGE) + 1))
 def test_huge_outputs(index):
-    text = HUGE[index]
-    check_text_functions(text)
+    text = HUGE[index] if index < len(HUGE) else " " * 100_000 + "; but " * 1_000
+    spans = check_text_functions(text)
     check_grading(text)
     check_rewards(text)
+    check_claims(text, spans)
 
 
 @SETTINGS

@@ -2,8 +2,9 @@
 
 The main process only parses answers into plain syntax trees (`fspo_lite.latex_math`); the
 trees go as JSON to `symbolic_worker.py`, a standalone script that builds sympy objects and
-compares them. A request that takes longer than `timeout` seconds gets its worker killed
-(SIGKILL) and counts as "not equal". A spare worker is kept warm, so a kill costs the next
+compares them. Slow work is stopped inside the worker by an alarm after `timeout / 2` seconds
+(the worker survives); a request still unanswered after `timeout` seconds (a computation stuck
+in C code) gets its worker killed (SIGKILL). Both count as "not equal". A spare worker is kept warm, so a kill costs the next
 request no start-up time, and workers are reused, so thousands of checks pay the start-up
 (about a second, for importing sympy) once.
 """
@@ -93,7 +94,7 @@ class SymbolicChecker:
     """Compares syntax trees in worker processes; `equivalent` never waits much longer than `timeout`
     once a worker is up (`start_timeout` bounds the wait for the first one)."""
 
-    def __init__(self, timeout: float = 1.0, start_timeout: float = 60.0, memory_mb: int = 1024,
+    def __init__(self, timeout: float = 1.5, start_timeout: float = 60.0, memory_mb: int = 1024,
                  cache_size: int = 100_000):
         self.timeout = timeout
         self.start_timeout = start_timeout
@@ -109,7 +110,7 @@ class SymbolicChecker:
         """Why no worker can run (set when one exits during start-up, e.g. sympy is missing)."""
 
     def _start(self) -> _Worker:
-        return _Worker(soft_timeout=0.8 * self.timeout, memory_mb=self.memory_mb)
+        return _Worker(soft_timeout=self.timeout / 2, memory_mb=self.memory_mb)
 
     def _worker(self) -> _Worker | None:
         if self._active is None:

@@ -182,7 +182,7 @@ def test_soft_timeout_answers_without_killing():
         expansion = ["pow", ["add", ["add", ["sym", "x"], ["sym", "y"]], ["sym", "z"]], ["num", 400, 1]]
         started = time.perf_counter()
         assert checker.equivalent(expansion, ["num", 1, 1]) is None
-        assert time.perf_counter() - started < 1.0 and checker.stats["timeouts"] == 1
+        assert time.perf_counter() - started < 2.0 and checker.stats["timeouts"] == 1
         if checker.stats["restarts"] == 0:  # the in-worker alarm answered before the hard deadline
             assert checker._active is worker
         assert checker.equivalent(["num", 2, 1], ["num", 2, 1]) is True

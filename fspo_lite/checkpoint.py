@@ -57,8 +57,12 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None) -> Path:
-    """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it."""
+def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None,
+                    state_dict: dict | None = None) -> Path:
+    """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it.
+
+    `state_dict`: the model's weights when they were gathered from ranks that shard them (FSDP);
+    None saves the model's own parameters."""
     root = Path(output_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -66,7 +70,7 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
         shutil.rmtree(leftover, ignore_errors=True)
     staging = root / f".staging-{step:06d}-{os.getpid()}"
     staging.mkdir()
-    model.save_pretrained(staging / "model", safe_serialization=True)
+    model.save_pretrained(staging / "model", safe_serialization=True, state_dict=state_dict)
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     torch.save(rng_state(), staging / "rng.pt")
     (staging / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))

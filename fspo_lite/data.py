@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -268,6 +269,39 @@ def load_examples(
     if seed is not None:
         random.Random(seed).shuffle(examples)
     return examples[:limit] if limit else examples
+
+
+MIXTURE_SEPARATOR = " + "
+_LIMITED = re.compile(r"^(?P<spec>.+?)\[(?P<limit>\d+)\]$")
+
+
+def parse_mixture(spec: str) -> list[tuple[str, int | None]]:
+    """Split 'a[N] + b' into [(a, N), (b, None)]: several sources joined by ' + ' (spaces
+    around the plus), each optionally limited to its first N examples with a trailing [N]."""
+    parts = [part.strip() for part in spec.split(MIXTURE_SEPARATOR)]
+    if any(not part for part in parts):
+        raise DataError(f"data spec {spec!r} has an empty part; join sources as 'a + b[1000]'")
+    mixture = []
+    for part in parts:
+        match = _LIMITED.match(part)
+        mixture.append((match["spec"].strip(), int(match["limit"])) if match else (part, None))
+    return mixture
+
+
+def load_mixture(spec: str, seed: int | None = None, skip_bad_rows: bool = False,
+                 stats: dict | None = None) -> list[QAExample]:
+    """Examples of every source in a mixture spec (see `parse_mixture`), concatenated in order.
+
+    Each source is shuffled with `seed` before its limit, so '[N]' is a seeded random subset.
+    A single source without '+' or '[N]' behaves exactly like `load_examples(spec, seed=seed)`.
+    `skip_bad_rows` and `stats` work as in `load_examples` (skipped rows of all sources are summed).
+    """
+    stats = stats if stats is not None else {}
+    stats.setdefault("skipped", 0)
+    examples = []
+    for part, limit in parse_mixture(spec):
+        examples += load_examples(part, limit=limit, seed=seed, skip_bad_rows=skip_bad_rows, stats=stats)
+    return examples
 
 
 def save_examples(examples: Iterable[QAExample], path: str | Path) -> None:

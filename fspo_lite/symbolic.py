@@ -4,9 +4,9 @@ The main process only parses answers into plain syntax trees (`fspo_lite.latex_m
 trees go as JSON to `symbolic_worker.py`, a standalone script that builds sympy objects and
 compares them. Slow work is stopped inside the worker by an alarm after `timeout / 2` seconds
 (the worker survives); a request still unanswered after `timeout` seconds (a computation stuck
-in C code) gets its worker killed (SIGKILL). Both count as "not equal". A spare worker is kept warm, so a kill costs the next
-request no start-up time, and workers are reused, so thousands of checks pay the start-up
-(about a second, for importing sympy) once.
+in C code) gets its worker killed (SIGKILL). Both count as "not equal". A spare worker is kept
+warm, so a kill costs the next request no start-up time, and workers are reused, so thousands
+of checks pay the start-up (about a second, for importing sympy) once.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class SymbolicChecker:
                     self.stats["timeouts"] += 1
                     self._replace_active()
                 return None
-            if reply["error"] is not None:
+            if reply.get("error") is not None:
                 self.stats["timeouts" if reply["error"] == "timeout" else "errors"] += 1
                 return None
         if len(self.cache) >= self.cache_size:

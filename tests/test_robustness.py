@@ -161,7 +161,8 @@ def test_token_offsets_on_any_ids(smol_tokenizer, ids):
 
 @SETTINGS
 @given(
-    offsets=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 30)).map(lambda t: (t[0], t[0] + t[1])), max_size=40),
+    offsets=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 30)).map(lambda t: (t[0], t[0] + t[1])),
+                     max_size=40),
     cuts=st.lists(st.integers(0, 250), max_size=20, unique=True),
     position=st.integers(-5, 300),
 )

@@ -201,6 +201,24 @@ def test_worker_rejects_trees_outside_the_table():
         checker.close()
 
 
+def test_worker_that_cannot_start_disables_symbolic_checks(tmp_path, monkeypatch, capsys):
+    import fspo_lite.symbolic as symbolic
+
+    broken = tmp_path / "worker.py"
+    broken.write_text("import sys\nsys.exit(3)\n")  # what a missing sympy looks like from outside
+    monkeypatch.setattr(symbolic, "WORKER_SCRIPT", broken)
+    checker = SymbolicChecker()
+    try:
+        assert checker.equivalent(["num", 1, 1], ["num", 1, 1]) is None
+        assert "exited during start-up (code 3)" in checker.unavailable
+        assert "is sympy installed?" in capsys.readouterr().err
+        started = time.perf_counter()
+        assert checker.equivalent(["num", 2, 1], ["num", 2, 1]) is None  # no new start-up attempts
+        assert time.perf_counter() - started < 0.1 and checker.stats["requests"] == 1
+    finally:
+        checker.close()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX resource limits")
 def test_worker_limits_forbid_writing_files_and_starting_processes(tmp_path):
     target = tmp_path / "written"

@@ -41,6 +41,8 @@ class _Worker:
         )
         self.replies: queue.Queue = queue.Queue()
         self.ready = False
+        self.exited = False
+        """True once the process closed its output (it ended, or is ending)."""
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -54,7 +56,8 @@ class _Worker:
                 line = self.replies.get(timeout=timeout)
             except queue.Empty:
                 return False
-            self.ready = line is not None and _decode(line).get("ready", False)
+            self.exited = line is None
+            self.ready = not self.exited and _decode(line).get("ready", False)
         return self.ready
 
     def request(self, payload: dict, timeout: float) -> dict | None:
@@ -120,8 +123,12 @@ class SymbolicChecker:
             self._spare = self._start()
         if self._active.wait_ready(self.start_timeout):
             return self._active
-        if self._active.process.poll() is not None:
-            self.unavailable = (f"the symbolic worker exited during start-up (code {self._active.process.returncode}); "
+        if self._active.exited:
+            try:
+                code = self._active.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = "unknown"
+            self.unavailable = (f"the symbolic worker exited during start-up (code {code}); "
                                 "is sympy installed? Math answers are compared as strings and numbers only")
             print(f"[fspo_lite] {self.unavailable}", file=sys.stderr)
             self.close_workers()

@@ -58,6 +58,9 @@ class DataConfig:
     eval: str = "bundled:kbqa_test"
     limit: int | None = None
     """Use only the first N training examples (after shuffling with the seed)."""
+    skip_bad_rows: bool = False
+    """Skip malformed rows of a data file and report how many, instead of stopping at the first one
+    with an error naming its file, line and field."""
     system_prompt: str = (
         "You are a careful assistant. Think inside <think> </think>, then give the final answer inside "
         "<answer> </answer>."

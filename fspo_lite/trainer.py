@@ -19,12 +19,12 @@ import torch
 from tqdm.auto import tqdm
 
 from . import algos
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import Config
 from .data import QAExample, load_mixture
 from .distributed import Distributed, loss_normalisers
 from .logprobs import completion_logprobs, reference_context
-from .metrics import MetricsLogger
+from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
 from .prompts import prompt_text
 from .rewards import advantages_from_scores, build_judges, score_rollouts
@@ -80,7 +80,11 @@ def set_seed(seed: int) -> None:
 
 def load_training_examples(config: Config) -> list[QAExample]:
     """The training questions, restricted to a difficulty filter's kept ids when one is configured."""
-    examples = load_mixture(config.data.train, seed=config.train.seed)
+    stats = {"skipped": 0}
+    examples = load_mixture(config.data.train, seed=config.train.seed, skip_bad_rows=config.data.skip_bad_rows,
+                            stats=stats)
+    if stats["skipped"]:
+        print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")
     if config.data.filter_path:
         kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
         examples = [e for e in examples if e.id in kept]
@@ -137,23 +141,42 @@ class Trainer:
 
     # ---- state -------------------------------------------------------------------------
     def resume(self) -> bool:
-        """Continue from the newest complete checkpoint in output_dir; False when there is none."""
+        """Continue from the newest complete checkpoint in output_dir; False when there is none.
+
+        Weights, optimizer, RNG states (sampling included), data position and fault counters
+        come back as they were, and rows that metrics.jsonl / samples.jsonl got after the
+        checkpoint are dropped, so the resumed run logs each later step exactly once and
+        reproduces the uninterrupted run's numbers.
+        """
         path = latest_checkpoint(self.output_dir)
         if path is None:
             return False
         if self.dist.shards_weights:  # [distributed]
             raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
                                 "is split over ranks and checkpoints keep only the model weights")
-        state = load_checkpoint(path, self.model, self.optimizer)
+        try:
+            state = load_checkpoint(path, self.model, self.optimizer)
+        except CheckpointError as error:
+            older = [p.name for p in complete_checkpoints(self.output_dir) if p.name < path.name]
+            hint = (f"; to resume from the newest intact one, remove {path} (intact: {', '.join(older)})" if older
+                    else "; no older intact checkpoint exists")
+            raise CheckpointError(f"{error}{hint}") from None
         self.step_index = state["step"]
+        if self.dist.world_size > 1:  # [distributed] the checkpoint holds rank 0's RNG: give each rank its own again
+            set_seed(self.config.train.seed + self.dist.rank + 1_000_003 * self.step_index)
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
+        self.bad_steps = state.get("bad_steps", 0)
         self.logger.truncate_after(self.step_index)
+        truncate_jsonl(self.output_dir / "samples.jsonl", self.step_index)
+        print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
         return True
 
     def save(self) -> Path | None:
-        """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process."""
-        state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates}
+        """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
+        The step's metrics row is already on disk (see fspo_lite.metrics), so no step is lost or logged twice."""
+        state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
+                 "bad_steps": self.bad_steps}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
         path = None
         if self.dist.is_main:
@@ -221,6 +244,7 @@ class Trainer:
         if self.dist.is_main:
             self.logger.log(metrics)
             self._log_sample(examples[0], rollout, scored, advantages)
+        self._stop_if_diverged()  # every rank: the gradient norm that decides a skip is global
         return metrics
 
     def _log_sample(self, example, rollout, scored, advantages) -> None:
@@ -238,8 +262,7 @@ class Trainer:
         }
         if scored.token_rewards is not None:
             record["token_rewards"] = scored.token_rewards[0, :length].tolist()
-        with open(self.output_dir / "samples.jsonl", "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_jsonl(self.output_dir / "samples.jsonl", record)
 
     def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):
         return completion_logprobs(
@@ -281,6 +304,7 @@ class Trainer:
         ref_logp = self._frozen_logprobs(rollout, reference=True) if train.beta > 0 else None
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
+        skipped = False
         for epoch in range(train.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
@@ -309,6 +333,8 @@ class Trainer:
                     sums["entropy"] += (entropy * mask[rows]).sum().item()
             grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
             if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
+                skipped = True
+                sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
                 self._skip_update(epoch_loss, grad_norm)
                 break
             self.optimizer.step()
@@ -320,14 +346,19 @@ class Trainer:
             "loss": sums["loss"], "grad_norm": grad_norm, "clip_fraction": sums["clipped"] / tokens,
             "kl": sums["kl"] / tokens if ref_logp is not None else float("nan"),
             "entropy": sums["entropy"] / tokens, "learning_rate": self.optimizer.param_groups[0]["lr"],
+            "update_skipped": int(skipped),
         }
 
     def _skip_update(self, loss: float, grad_norm: float) -> None:
+        """Drop the gradients of a non-finite step (weights and optimizer state stay as they were)
+        and count it; `train_step` stops the run after train.max_bad_steps such steps in a row."""
         self.skipped_updates += 1
         self.bad_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         print(f"[fspo_lite] step {self.step_index + 1}: non-finite loss {loss} or grad norm {grad_norm}; "
               f"update skipped ({self.bad_steps} in a row)")
+
+    def _stop_if_diverged(self) -> None:
         if self.bad_steps >= self.config.train.max_bad_steps:
             raise TrainingError(
                 f"{self.bad_steps} consecutive steps had a non-finite loss or gradient "

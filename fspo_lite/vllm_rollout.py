@@ -127,7 +127,7 @@ class AdapterVersions:
         previous = self.root / f"v{self.version}"
         self.version += 1
         path = self.root / f"v{self.version}"
-        model.save_pretrained(str(path))
+        model.save_pretrained(str(path), safe_serialization=True)
         if previous.exists():
             shutil.rmtree(previous)
         return f"policy-v{self.version}", self.version, str(path)

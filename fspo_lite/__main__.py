@@ -28,12 +28,33 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_verifiers_benchmark(args) -> int:
+    from .config import load_config
+    from .verifiers.cli import benchmark_command
+
+    config = load_config(args.config, args.overrides)
+    return benchmark_command(config, args.verifiers.split(","), args.limit, args.train_limit, args.gold, args.json)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo_lite", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train a policy with GRPO/FSPO and friends")
     _add_config_arguments(train)
     train.set_defaults(run=cmd_train)
+    verifiers = commands.add_parser("verifiers", help="measure the step verifiers").add_subparsers(
+        dest="verifiers_command", required=True)
+    benchmark = verifiers.add_parser(
+        "benchmark", help="accuracy, balanced accuracy, AUROC and sentences/s on HaluEval-QA and the gold set")
+    _add_config_arguments(benchmark)
+    benchmark.add_argument("--verifiers", default="lexical,embedding",
+                           help="comma-separated names (lexical, embedding, nli, hhem, llm); default: %(default)s")
+    benchmark.add_argument("--limit", type=int, default=None, help="score only the first N HaluEval test rows")
+    benchmark.add_argument("--train-limit", type=int, default=1000,
+                           help="HaluEval train rows used to choose the best threshold (0: skip); default: %(default)s")
+    benchmark.add_argument("--gold", default=None, help="gold sentence file (default: data/gold_sentences.jsonl)")
+    benchmark.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
+    benchmark.set_defaults(run=cmd_verifiers_benchmark)
     args = parser.parse_args(argv)
     return args.run(args)
 

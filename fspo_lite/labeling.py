@@ -176,3 +176,18 @@ def highlight_html(text: str, spans: Sequence[tuple[int, int]], labels: Sequence
         cursor = end
     parts.append(html.escape(text[cursor:]))
     return '<div style="white-space:pre-wrap;font-family:monospace">' + "".join(parts) + "</div>"
+
+
+def examples_from_items(items: Sequence[SentenceItem]) -> list:
+    """The distinct (question, evidence) pairs of labeled items as QA examples, e.g. to generate new
+    responses to the gold set's questions. Answers are unknown here, so each gets an empty list."""
+    from .data import QAExample
+
+    seen, examples = set(), []
+    for item in items:
+        key = (item.question, item.evidence)
+        if key not in seen:
+            seen.add(key)
+            examples.append(QAExample(id=item.meta.get("example_id", item.id), question=item.question, answers=[],
+                                      evidence=item.evidence, source=item.meta.get("source", "gold")))
+    return examples

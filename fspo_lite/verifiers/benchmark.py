@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ..data import DATA_DIR
 from .base import Verifier
-from .quality import accuracy, auroc, balanced_accuracy, best_threshold, predict
+from .quality import accuracy, auroc, balanced_accuracy, best_threshold, fit_logistic_1d, predict
 
 SHARED_DATA = DATA_DIR.parent.parent / "shared" / "data"
 HALUEVAL_SAMPLE = DATA_DIR / "halueval_qa_sample.jsonl"
@@ -150,6 +150,17 @@ def run_benchmark(verifiers: dict[str, Verifier], datasets: dict[str, list[Claim
             log(f"[benchmark] {name} on {dataset}: AUROC {result.auroc:.3f}, {result.sentences_per_s:.1f} sentences/s")
             results.append(result)
     return results
+
+
+def calibrate(verifier: Verifier, items: list[ClaimItem]) -> tuple[float, float]:
+    """(midpoint, slope) of a logistic map from the verifier's raw score to P(supported), fitted on `items`.
+
+    Only for verifiers with a raw score (`raw_scores`: embedding similarity, likelihood gain);
+    their class attributes `midpoint` and `slope` hold the fitted values.
+    """
+    raw = verifier.raw_scores([i.evidence for i in items], [i.claim for i in items])
+    pairs = [(r, i.supported) for r, i in zip(raw, items) if r is not None]
+    return fit_logistic_1d([r for r, _ in pairs], [y for _, y in pairs])
 
 
 def _cell(value) -> str:

@@ -47,3 +47,23 @@ def benchmark_command(config, names: list[str], limit: int | None, train_limit: 
     if json_path:
         Path(json_path).write_text(results_json(results))
     return 0
+
+
+def calibrate_command(config, names: list[str], train_limit: int) -> int:
+    """Fit and print the logistic map (midpoint, slope) of each verifier with a raw score."""
+    from . import build_verifier
+    from .benchmark import calibrate
+
+    train_file = halueval_file("train")
+    if train_file is None:
+        print("calibration needs ../shared/data/halueval_qa_train.jsonl")
+        return 1
+    items = load_halueval(train_file, train_limit)
+    for name in names:
+        verifier = build_verifier(dataclasses.replace(config.verifier, name=name.strip()))
+        if not hasattr(verifier, "raw_scores"):
+            print(f"{name}: no raw score to calibrate")
+            continue
+        midpoint, slope = calibrate(verifier, items)
+        print(f"{name}: midpoint={midpoint:.4f} slope={slope:.4f} (fitted on {len(items)} HaluEval train rows)")
+    return 0

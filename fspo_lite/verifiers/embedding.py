@@ -59,9 +59,9 @@ class EmbeddingVerifier(Verifier):
     """P(supported) from the max cosine similarity between a sentence and the evidence sentences."""
 
     name = "embedding"
-    midpoint = 0.5
+    midpoint = 0.6839
     """Similarity at which p = 0.5 (fitted on HaluEval-QA train, see docs/verifiers.md)."""
-    slope = 10.0
+    slope = 1.4033
     """Steepness of the logistic map (fitted with the midpoint)."""
 
     def __init__(self, model: str | None = None, device: str = "auto", batch_size: int = 32,
@@ -108,6 +108,9 @@ class EmbeddingVerifier(Verifier):
         while len(self.evidence_cache) > self.evidence_cache_size:
             self.evidence_cache.popitem(last=False)
         return found
+
+    def raw_scores(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
+        return self.similarities(evidence, sentences)
 
     def similarities(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
         """Max cosine similarity of each sentence to its evidence's sentences (None: not checkable)."""

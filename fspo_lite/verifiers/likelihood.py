@@ -92,10 +92,14 @@ class LikelihoodVerifier(Verifier):
             result += mean_gain(with_evidence.float(), without_evidence.float(), claim_mask).tolist()
         return result
 
-    def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
+    def raw_scores(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
         checkable = [i for i, s in enumerate(sentences) if s.strip() and evidence[i].strip()]
         result: list[float | None] = [None] * len(sentences)
         gains = self.gains([evidence[i] for i in checkable], [sentences[i] for i in checkable]) if checkable else []
         for i, gain in zip(checkable, gains):
-            result[i] = 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, self.slope * (gain - self.midpoint)))))
+            result[i] = gain
         return result
+
+    def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
+        return [None if gain is None else 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, self.slope * (gain - self.midpoint)))))
+                for gain in self.raw_scores(evidence, sentences)]

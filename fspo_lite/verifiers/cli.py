@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import platform
 import time
 from pathlib import Path
@@ -10,6 +11,20 @@ from pathlib import Path
 from ..models import ModelLoadError
 from .benchmark import (GOLD_SET, ShortClaimBaseline, halueval_file, load_gold, load_halueval, results_json,
                         results_table, run_benchmark)
+
+
+def machine_description() -> str:
+    """CPU model and core count (and the GPU when torch sees one), for the benchmark's header."""
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    return f"{model}, {os.cpu_count()} cores{gpu}"
 
 
 def benchmark_command(config, names: list[str], limit: int | None, train_limit: int, gold: str | None,
@@ -41,7 +56,7 @@ def benchmark_command(config, names: list[str], limit: int | None, train_limit: 
         print(f"[benchmark] {name}: loaded in {time.perf_counter() - started:.1f} s")
     verifiers[ShortClaimBaseline.name] = ShortClaimBaseline()
     results = run_benchmark(verifiers, datasets, train_items, config.verifier.threshold)
-    print(f"\nmachine: {platform.machine()}, {platform.processor() or 'cpu'}; threshold {config.verifier.threshold}; "
+    print(f"\nmachine: {machine_description()}; threshold {config.verifier.threshold}; "
           f"best threshold chosen on {len(train_items) if train_items else 0} HaluEval train rows")
     print(results_table(results, config.verifier.threshold))
     if json_path:

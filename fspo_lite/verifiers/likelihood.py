@@ -42,9 +42,9 @@ class LikelihoodVerifier(Verifier):
     """P(supported) from the mean per-token log-likelihood gain that the evidence gives the sentence."""
 
     name = "likelihood"
-    midpoint = 0.5
+    midpoint = 1.5819
     """Gain (nats per token) at which p = 0.5 (fitted on HaluEval-QA train, see docs/verifiers.md)."""
-    slope = 2.0
+    slope = 1.6491
     """Steepness of the logistic map (fitted with the midpoint)."""
 
     def __init__(self, model=None, tokenizer=None, name: str = "smollm2-135m", device: str = "auto",

@@ -7,7 +7,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test test-fast lite train-smoke
+.PHONY: setup test test-fast test-gpu lite train-smoke clean-notebooks check-notebooks bench-gpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,3 +31,18 @@ train-smoke: $(STAMP)
 	$(BIN)/python -m fspo_lite train --config configs/smoke_smollm2.yaml
 
 lite: train-smoke
+
+# GPU machines only (docs/gpu.md): the gpu-marked tests, then step time and peak memory of 4-bit LoRA GRPO/FSPO
+test-gpu: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[gpu]'
+	$(BIN)/python -m pytest -q -m gpu -rs
+
+bench-gpu: test-gpu
+	$(BIN)/python scripts/bench_gpu.py --out docs/gpu_results.jsonl
+
+# Notebooks are committed without outputs (the test suite checks it)
+clean-notebooks:
+	$(PYTHON) -m fspo_lite.notebook_tools strip notebooks/*.ipynb
+
+check-notebooks:
+	$(PYTHON) -m fspo_lite.notebook_tools check notebooks/*.ipynb

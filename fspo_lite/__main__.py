@@ -18,13 +18,14 @@ def cmd_train(args) -> int:
 
     config = load_config(args.config, args.overrides)
     trainer = Trainer(config)
-    print(describe(trainer))
+    report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
+    report(describe(trainer))
     history = trainer.train()
     keys = ("step", "reward_mean", "accuracy", "format_rate", "step_factuality", "flipped_token_share",
             "loss", "kl", "completion_length", "step_time")
     for row in history:
-        print("  ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in keys))
-    print(f"metrics: {trainer.logger.path}")
+        report("  ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in keys))
+    report(f"metrics: {trainer.logger.path}")
     return 0
 
 

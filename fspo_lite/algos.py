@@ -144,7 +144,7 @@ def token_advantages(
     """(B, T) advantages: group advantages broadcast over each response's tokens, FSPO-flipped
     when a sentence mask is given. Also returns the (B, T) bool tensor of flipped tokens."""
     per_response = group_advantages(rewards, group_size, scale_by_std)
-    advantages = per_response[:, None] * completion_mask.to(per_response.dtype)
+    advantages = per_response[:, None] * completion_mask.to(per_response.device, per_response.dtype)
     if sentence_mask is None:
         return advantages, torch.zeros_like(advantages, dtype=torch.bool)
     flipped = fspo_flip(advantages, sentence_mask.to(advantages.dtype))

@@ -22,9 +22,9 @@ def token_char_offsets(tokenizer, token_ids: Sequence[int]) -> tuple[str, list[t
     ids = [int(i) for i in token_ids]
     text = tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
-    offsets = _stream_offsets(tokenizer, ids, special)
+    offsets = _stream_offsets(tokenizer, ids, special, len(text))
     if offsets is None or _joined_length(offsets) != len(text):
-        offsets = _prefix_offsets(tokenizer, ids, special)
+        offsets = _prefix_offsets(tokenizer, ids, special, len(text))
     return text, offsets
 
 
@@ -39,7 +39,7 @@ def _assign(chunk_len: int, cursor: int, pending: list[int], offsets: list[tuple
     return cursor + chunk_len
 
 
-def _stream_offsets(tokenizer, ids: list[int], special: set[int]) -> list[tuple[int, int]] | None:
+def _stream_offsets(tokenizer, ids: list[int], special: set[int], total: int) -> list[tuple[int, int]] | None:
     backend = getattr(tokenizer, "_tokenizer", None)
     try:
         from tokenizers.decoders import DecodeStream
@@ -62,12 +62,11 @@ def _stream_offsets(tokenizer, ids: list[int], special: set[int]) -> list[tuple[
                 cursor = _assign(len(chunk), cursor, pending, offsets)
     except Exception:
         return None
-    for index in pending:
-        offsets[index] = (cursor, cursor)
+    _assign(max(total - cursor, 0), cursor, pending, offsets)  # bytes left incomplete decode to U+FFFD
     return offsets
 
 
-def _prefix_offsets(tokenizer, ids: list[int], special: set[int]) -> list[tuple[int, int]]:
+def _prefix_offsets(tokenizer, ids: list[int], special: set[int], total: int) -> list[tuple[int, int]]:
     offsets: list[tuple[int, int]] = [(0, 0)] * len(ids)
     pending: list[int] = []
     cursor = 0
@@ -85,8 +84,7 @@ def _prefix_offsets(tokenizer, ids: list[int], special: set[int]) -> list[tuple[
             for pending_index in pending:
                 offsets[pending_index] = (cursor, cursor)
             pending.clear()
-    for index in pending:
-        offsets[index] = (cursor, cursor)
+    _assign(max(total - cursor, 0), cursor, pending, offsets)  # bytes left incomplete decode to U+FFFD
     return offsets
 
 

@@ -57,16 +57,20 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None) -> Path:
-    """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it."""
+def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None,
+                    state_dict: dict | None = None) -> Path:
+    """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it.
+
+    `state_dict`: the model's weights when they were gathered from ranks that shard them (FSDP);
+    None saves the model's own parameters."""
     root = Path(output_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
+    for leftover in root.glob(".staging-*"):  # from a run killed while writing a checkpoint
+        shutil.rmtree(leftover, ignore_errors=True)
     staging = root / f".staging-{step:06d}-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
     staging.mkdir()
-    model.save_pretrained(staging / "model", safe_serialization=True)
+    model.save_pretrained(staging / "model", safe_serialization=True, state_dict=state_dict)
     torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     torch.save(rng_state(), staging / "rng.pt")
     (staging / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
@@ -89,15 +93,33 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint folder, or None when there is none."""
+    """The checkpoint `checkpoints/latest` points to, else the newest folder with a manifest, else None.
+
+    The pointer is rewritten only after a checkpoint is complete, so a run killed while writing
+    one resumes from the one before. A checkpoint damaged later is returned as it is, for
+    `verify_checkpoint` to report.
+    """
     root = Path(output_dir) / "checkpoints"
     pointer = root / "latest"
     if pointer.exists():
         candidate = root / pointer.read_text().strip()
-        if candidate.exists():
+        if candidate.name.startswith("step-") and candidate.is_dir():
             return candidate
     complete = sorted(p for p in root.glob("step-*") if (p / MANIFEST).exists()) if root.exists() else []
     return complete[-1] if complete else None
+
+
+def complete_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Every checkpoint folder that passes `verify_checkpoint`, oldest first."""
+    root = Path(output_dir) / "checkpoints"
+    found = []
+    for path in sorted(root.glob("step-*")) if root.exists() else []:
+        try:
+            verify_checkpoint(path)
+        except CheckpointError:
+            continue
+        found.append(path)
+    return found
 
 
 def verify_checkpoint(path: str | Path) -> dict:
@@ -108,8 +130,10 @@ def verify_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {path} is partial: no {MANIFEST} (the run stopped while writing it)")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({error})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt (no file list)")
     for name, size in manifest["files"].items():
         file = path / name
         if not file.exists():

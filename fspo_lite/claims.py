@@ -17,7 +17,11 @@ from typing import Sequence
 
 from .verifiers.lexical import STOPWORDS
 
-_CLAUSE_SPLIT = re.compile(r"\s*;\s*|,\s+(?:and|but|while|whereas)\s+|\s+(?:but|whereas)\s+|,\s+which\s+")
+# (?<!\s): a match may only start where a whitespace run starts; otherwise the regex retries inside
+# long runs of spaces and takes quadratic time (minutes for 100k spaces of model output).
+_CLAUSE_SPLIT = re.compile(
+    r";\s*|(?<!\s)\s+;\s*|,\s+(?:and|but|while|whereas)\s+|(?<!\s)\s+(?:but|whereas)\s+|,\s+which\s+"
+)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 

@@ -38,11 +38,14 @@ class ModelConfig:
     """Start from a saved LoRA adapter (PEFT folder) instead of a fresh one."""
     trust_remote_code: bool = False
     """Never on by default: remote code runs on your machine."""
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool | None = None
+    """Recompute activations in the backward pass. None: on for models above 1B parameters, where
+    activations dominate memory; off below, where it only costs about a third more compute."""
     load_in_4bit: bool = False
-    """QLoRA through bitsandbytes (GPU only)."""
+    """QLoRA (GPU only): 4-bit NF4 base weights with double quantization through bitsandbytes, compute in
+    bfloat16 where the GPU supports it (Ampere and newer), else float16 (T4); needs model.lora."""
     backend: str = "transformers"
-    """transformers | unsloth (GPU only)."""
+    """transformers | unsloth (GPU only: Unsloth's 4-bit loading, LoRA kernels and its vLLM for rollout.engine=vllm)."""
 
 
 @dataclass
@@ -50,10 +53,14 @@ class DataConfig:
     """Where questions come from and how prompts are built."""
 
     train: str = "bundled:kbqa_train"
-    """'bundled:<name>' (files in data/), a local .jsonl/.parquet path, or 'hf:<hub id>[:config][@split]'."""
+    """'bundled:<name>' (files in data/), a local .jsonl/.parquet path, or 'hf:<hub id>[:config][@split]'.
+    Mix sources with ' + ' and take a seeded subset of one with '[N]': 'hotpot.jsonl[4000] + math.jsonl'."""
     eval: str = "bundled:kbqa_test"
     limit: int | None = None
     """Use only the first N training examples (after shuffling with the seed)."""
+    skip_bad_rows: bool = False
+    """Skip malformed rows of a data file and report how many, instead of stopping at the first one
+    with an error naming its file, line and field."""
     system_prompt: str = (
         "You are a careful assistant. Think inside <think> </think>, then give the final answer inside "
         "<answer> </answer>."
@@ -82,9 +89,21 @@ class RolloutConfig:
     top_p: float = 1.0
     generation_batch_size: int = 64
     """Sequences generated at once (prompts x samples)."""
+    use_sampler_logprobs: bool = False
+    """vLLM engines, train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached
+    current policy, so the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the
+    inference engine and the trainer. With mu > 1 the trainer computes pi_old itself (see docs/gpu.md)."""
     vllm_gpu_memory_utilization: float = 0.4
+    """Share of GPU memory the colocated vLLM engine may take (weights + KV cache); the trainer gets the rest."""
     vllm_enable_sleep_mode: bool = False
+    """Put vLLM to sleep (level 1: weights to CPU RAM, KV cache freed) between rollouts so training gets its memory."""
+    vllm_max_lora_rank: int | None = None
+    """Largest LoRA rank vLLM reserves room for; None uses model.lora_r."""
     vllm_server_url: str | None = None
+    """rollout.engine=vllm-server: base URL of an OpenAI-compatible vLLM server (e.g. http://localhost:8000),
+    started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True on a machine that can read train.output_dir."""
+    vllm_server_timeout: float = 600.0
+    """Seconds to wait for one server response."""
 
 
 @dataclass

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
+TASKS = ("qa", "math")
 
 
 @dataclass
@@ -50,6 +52,19 @@ class DataError(ValueError):
     """A data file or row is malformed; the message names the file, line and field."""
 
 
+def _plain(value: Any) -> Any:
+    """Parquet/pandas values as plain Python: arrays become lists, NaN (a missing cell) None."""
+    if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
+        value = value.tolist()
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _first(row: dict, *keys: str, default=None):
     for key in keys:
         if key in row and row[key] is not None:
@@ -57,30 +72,42 @@ def _first(row: dict, *keys: str, default=None):
     return default
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: Any, where: str = "") -> str:
     """Evidence may come as a string, a list of paragraphs, or HotpotQA's {title, sentences} context."""
     if value is None:
         return ""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and "sentences" in value:  # hub HotpotQA context
-        titles = value.get("title", [])
+        titles, sentences = value.get("title") or [], value["sentences"]
+        if not isinstance(titles, list) or not isinstance(sentences, list) or not all(
+                isinstance(group, list) and all(isinstance(x, str) for x in group) for group in sentences):
+            raise DataError(f"{where}: field 'evidence' has a {{title, sentences}} context of the wrong shape")
         return "\n\n".join(
-            f"{t}: {''.join(s)}" if t else "".join(s) for t, s in zip(titles, value["sentences"])
+            f"{t}: {''.join(s)}" if t else "".join(s) for t, s in zip(titles, sentences)
         )
     if isinstance(value, (list, tuple)):
-        return "\n\n".join(_as_text(v) for v in value if v)
-    return str(value)
+        return "\n\n".join(_as_text(v, where) for v in value if v)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    raise DataError(f"{where}: field 'evidence' should be text or a list of texts, got {type(value).__name__}")
 
 
-def _as_answers(value: Any) -> list[str]:
+def _as_answers(value: Any, where: str = "") -> list[str]:
     if value is None:
         return []
-    if isinstance(value, (list, tuple)):
-        return [str(v) for v in value if v is not None and str(v).strip()]
     if isinstance(value, dict) and "text" in value:  # SQuAD-style {"text": [...]}
-        return _as_answers(value["text"])
-    return [str(value)]
+        return _as_answers(value["text"], where)
+    values = value if isinstance(value, (list, tuple)) else [value]
+    answers = []
+    for item in values:
+        if item is None:
+            continue
+        if isinstance(item, bool) or not isinstance(item, (str, int, float)):
+            raise DataError(f"{where}: field 'answers' should hold strings or numbers, got {type(item).__name__}")
+        if str(item).strip():
+            answers.append(str(item))
+    return answers
 
 
 def _gsm8k_final(answer: str) -> str:
@@ -92,14 +119,22 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
     """Map a raw row of any supported release onto a QAExample, or raise DataError naming the field."""
     if not isinstance(row, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    row = _plain(row)
     question = _first(row, "question", "problem", "query", "prompt")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field 'question' is missing, empty or not a string")
-    answers = _as_answers(_first(row, "answers", "answer", "right_answer", "best_answer", "solution"))
+    answers = _as_answers(_first(row, "answers", "answer", "right_answer", "best_answer", "solution"), where)
     if not answers:
         raise DataError(f"{where}: no answer field (answers / answer / right_answer / best_answer)")
     canonical = "task" in row  # rows written by this project (save_examples) carry their own source
     task = row.get("task") or ("math" if any(s in source.lower() for s in MATH_SOURCES) else "qa")
+    if task not in TASKS:
+        raise DataError(f"{where}: field 'task' must be one of {', '.join(TASKS)}, got {task!r}")
+    if not isinstance(row.get("extra") or {}, dict):
+        raise DataError(f"{where}: field 'extra' should be an object, got {type(row['extra']).__name__}")
+    identifier = _first(row, "id", "_id", "question_id", default=f"{source}-{index}")
+    if isinstance(identifier, bool) or not isinstance(identifier, (str, int)):
+        raise DataError(f"{where}: field 'id' should be a string or an integer, got {type(identifier).__name__}")
     if task == "math":
         answers = [_gsm8k_final(a) for a in answers]
     known = {"id", "_id", "question_id", "question", "problem", "query", "prompt", "answers", "answer",
@@ -109,10 +144,10 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
     extra = dict(row.get("extra") or {})
     extra.update({k: v for k, v in row.items() if k not in known})
     return QAExample(
-        id=str(_first(row, "id", "_id", "question_id", default=f"{source}-{index}")),
+        id=str(identifier),
         question=question.strip(),
         answers=answers,
-        evidence=_as_text(_first(row, "evidence", "knowledge", "context")),
+        evidence=_as_text(_first(row, "evidence", "knowledge", "context"), where),
         source=str(row.get("source") or source) if canonical else source,
         task=task,
         extra=extra,
@@ -145,12 +180,24 @@ def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[i
     if suffix == ".jsonl":
         yield from _read_jsonl(path, skip_bad, stats)
     elif suffix == ".json":
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        yield from enumerate(rows if isinstance(rows, list) else rows.get("data", []), start=1)
+        try:
+            rows = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise DataError(f"{path}: invalid UTF-8 at byte {error.start} ({error.reason})") from None
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}: broken JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
+        rows = rows.get("data") if isinstance(rows, dict) else rows
+        if not isinstance(rows, list):
+            raise DataError(f"{path}: expected a list of objects (or {{\"data\": [...]}}) at the top level")
+        yield from enumerate(rows, start=1)
     elif suffix == ".parquet":
         import pandas as pd
 
-        yield from enumerate(pd.read_parquet(path).to_dict("records"), start=1)
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as error:  # pyarrow raises several types for a damaged file
+            raise DataError(f"{path}: not a readable parquet file ({type(error).__name__}: {error})") from None
+        yield from enumerate(frame.to_dict("records"), start=1)
     else:
         raise DataError(f"{path}: unsupported file type {suffix!r} (use .jsonl, .json or .parquet)")
 
@@ -202,24 +249,59 @@ def load_examples(
 
     `seed` shuffles before `limit` is applied. With skip_bad_rows, malformed rows are skipped
     and counted in `stats['skipped']`; otherwise the first one raises DataError naming the
-    file, line and field.
+    file, line (item / row for .json / .parquet) and field. A file that cannot be read at all
+    (broken .json, damaged .parquet) is always an error.
     """
     stats = stats if stats is not None else {}
     stats.setdefault("skipped", 0)
     source, path = resolve_source(spec)
     rows = _rows_from_hub(spec[3:]) if path is None else _rows_from_path(path, skip_bad_rows, stats)
+    unit = {".jsonl": ":", ".json": ": item "}.get(path.suffix.lower() if path is not None else "", ": row ")
     where_prefix = str(path) if path is not None else spec
     examples = []
     for line_number, row in rows:
         try:
-            examples.append(record_from_row(row, source, line_number - 1, f"{where_prefix}:{line_number}"))
-        except DataError:
+            examples.append(record_from_row(row, source, line_number - 1, f"{where_prefix}{unit}{line_number}"))
+        except DataError as error:
             if not skip_bad_rows:
-                raise
+                raise DataError(f"{error} (data.skip_bad_rows=true skips and counts malformed rows)") from None
             stats["skipped"] += 1
     if seed is not None:
         random.Random(seed).shuffle(examples)
     return examples[:limit] if limit else examples
+
+
+MIXTURE_SEPARATOR = " + "
+_LIMITED = re.compile(r"^(?P<spec>.+?)\[(?P<limit>\d+)\]$")
+
+
+def parse_mixture(spec: str) -> list[tuple[str, int | None]]:
+    """Split 'a[N] + b' into [(a, N), (b, None)]: several sources joined by ' + ' (spaces
+    around the plus), each optionally limited to its first N examples with a trailing [N]."""
+    parts = [part.strip() for part in spec.split(MIXTURE_SEPARATOR)]
+    if any(not part for part in parts):
+        raise DataError(f"data spec {spec!r} has an empty part; join sources as 'a + b[1000]'")
+    mixture = []
+    for part in parts:
+        match = _LIMITED.match(part)
+        mixture.append((match["spec"].strip(), int(match["limit"])) if match else (part, None))
+    return mixture
+
+
+def load_mixture(spec: str, seed: int | None = None, skip_bad_rows: bool = False,
+                 stats: dict | None = None) -> list[QAExample]:
+    """Examples of every source in a mixture spec (see `parse_mixture`), concatenated in order.
+
+    Each source is shuffled with `seed` before its limit, so '[N]' is a seeded random subset.
+    A single source without '+' or '[N]' behaves exactly like `load_examples(spec, seed=seed)`.
+    `skip_bad_rows` and `stats` work as in `load_examples` (skipped rows of all sources are summed).
+    """
+    stats = stats if stats is not None else {}
+    stats.setdefault("skipped", 0)
+    examples = []
+    for part, limit in parse_mixture(spec):
+        examples += load_examples(part, limit=limit, seed=seed, skip_bad_rows=skip_bad_rows, stats=stats)
+    return examples
 
 
 def save_examples(examples: Iterable[QAExample], path: str | Path) -> None:

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import urllib.error
+import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence, Union
@@ -163,7 +164,7 @@ class OpenAICompatibleChatModel(ChatModel):
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout: float = 60.0,
                  concurrency: int = 8, top_logprobs: int = 20):
-        if not base_url or not base_url.startswith(("http://", "https://")):
+        if urllib.parse.urlparse(base_url or "").scheme not in ("http", "https"):
             raise LLMError(f"server URL must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key

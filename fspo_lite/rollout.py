@@ -26,6 +26,8 @@ class Rollout:
     """(N, C) 1 on sampled tokens up to and including the first EOS."""
     texts: list[str]
     num_samples: int
+    sampling_logprobs: torch.Tensor | None = None
+    """(N, C) log-probs of the sampled tokens under the sampler (vLLM engines on request), 0 on padding."""
 
     @property
     def completion_lengths(self) -> torch.Tensor:
@@ -62,7 +64,8 @@ class TransformersRollout:
     """Sampling with `model.generate` on whatever device the model is on."""
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
-                 generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False):
+                 generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
+                 generate_kwargs: dict | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -71,11 +74,14 @@ class TransformersRollout:
         self.generation_batch_size = generation_batch_size
         self.max_prompt_tokens = max_prompt_tokens
         self.progress = progress
+        self.generate_kwargs = generate_kwargs or {}
+        """Extra `model.generate` arguments (synced_gpus=True when weights are sharded over ranks)."""
 
     @classmethod
-    def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False):
+    def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
+                    generate_kwargs: dict | None = None):
         return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
-                   rollout_config.generation_batch_size, max_prompt_tokens, progress)
+                   rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -98,7 +104,7 @@ class TransformersRollout:
                 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
             output = model.generate(
                 **encoded, max_new_tokens=max_new_tokens or self.max_new_tokens, eos_token_id=eos,
-                pad_token_id=pad_id, use_cache=True, **sampling,
+                pad_token_id=pad_id, use_cache=True, **sampling, **self.generate_kwargs,
             )
             chunks.append((encoded["input_ids"], encoded["attention_mask"], output[:, encoded["input_ids"].shape[1]:]))
         model.train(was_training)
@@ -114,3 +120,24 @@ class TransformersRollout:
             skip_special_tokens=True, clean_up_tokenization_spaces=False,
         )
         return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples)
+
+
+ROLLOUT_ENGINES = ("transformers", "vllm", "vllm-server")
+
+
+def build_rollout_engine(model, tokenizer, config, dist):
+    """The sampler named by config.rollout.engine, sharing `generate(prompts, num_samples, do_sample,
+    max_new_tokens) -> Rollout`; `dist` (a `Distributed`) gives the rank and device. The vLLM
+    engines are imported only when chosen (GPU extra)."""
+    engine = config.rollout.engine
+    if engine == "transformers":
+        if config.rollout.use_sampler_logprobs:
+            raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
+        return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
+                                               generate_kwargs=dist.generation_kwargs())
+    if engine in ("vllm", "vllm-server"):
+        from .vllm_rollout import VLLMRollout, VLLMServerRollout
+
+        cls = VLLMRollout if engine == "vllm" else VLLMServerRollout
+        return cls.from_config(model, tokenizer, config, dist)
+    raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")

@@ -58,29 +58,58 @@ def parse_response(text: str) -> ParsedResponse:
     return ParsedResponse(format_ok, think_span, answer_span, answer)
 
 
+def _matching_closers(text: str, opener: str, closer: str) -> dict[int, int]:
+    """Position of each `opener` -> position of the `closer` that balances it (one linear pass)."""
+    matches, stack = {}, []
+    for index, char in enumerate(text):
+        if char == opener:
+            stack.append(index)
+        elif char == closer and stack:
+            matches[stack.pop()] = index
+    return matches
+
+
 def _last_boxed(text: str) -> str | None:
-    """Content of the last \\boxed{...} (or \\boxed[...]) with balanced brackets, else None."""
-    for match in reversed(list(re.finditer(r"\\boxed\s*([{\[])", text))):
+    """Content of the last \\boxed{...} (or \\boxed[...]) with balanced brackets, else None.
+
+    Linear time: the bracket pairs are matched once, so thousands of unclosed \\boxed{ cost
+    one pass instead of one scan each.
+    """
+    found = list(re.finditer(r"\\boxed\s*([{\[])", text))
+    if not found:
+        return None
+    closers = {"{": None, "[": None}
+    for match in reversed(found):
         opener = match.group(1)
-        closer = "}" if opener == "{" else "]"
-        depth, start = 0, match.end()
-        for i in range(match.end() - 1, len(text)):
-            if text[i] == opener:
-                depth += 1
-            elif text[i] == closer:
-                depth -= 1
-                if depth == 0:
-                    return text[start:i].strip()
+        if closers[opener] is None:
+            closers[opener] = _matching_closers(text, opener, "}" if opener == "{" else "]")
+        end = closers[opener].get(match.end() - 1)
+        if end is not None:
+            return text[match.end() : end].strip()
     return None
+
+
+def _last_answer_block(text: str) -> str | None:
+    """Inside of the last <answer>...</answer> pair (each opening tag closed by the next closing
+    tag, scanning left to right), else None. Linear time, unlike a lazy regex over unclosed tags."""
+    position, inner = 0, None
+    while True:
+        start = text.find(ANSWER_OPEN, position)
+        if start == -1:
+            return inner
+        end = text.find(ANSWER_CLOSE, start + len(ANSWER_OPEN))
+        if end == -1:
+            return inner
+        inner = text[start + len(ANSWER_OPEN) : end]
+        position = end + len(ANSWER_CLOSE)
 
 
 def extract_answer(text: str) -> str | None:
     """The final answer: the last <answer>...</answer> block, else the last \\boxed{}, else None."""
     if not isinstance(text, str):
         return None
-    blocks = re.findall(r"<answer>(.*?)</answer>", text, flags=re.DOTALL)
-    if blocks:
-        inner = blocks[-1]
+    inner = _last_answer_block(text)
+    if inner is not None:
         # nested or repeated opening tags: keep what follows the innermost one
         inner = inner.rsplit(ANSWER_OPEN, 1)[-1].strip()
         boxed = _last_boxed(inner)
@@ -172,28 +201,58 @@ def _segmenter():
     return pysbd.Segmenter(language="en", clean=False)
 
 
+SEGMENT_BLOCK_CHARS = 1000
+"""pysbd is quadratic on some inputs (minutes for 100k characters of "Dr. A" lines), so long
+texts are segmented in blocks of at most this many characters, cut where pysbd would end a
+sentence anyway (a line break), else after sentence punctuation, else at a space."""
+_BLOCK_CUT = re.compile(r"[.!?][\"')\]]*\s+")
+
+
+def _segment_blocks(text: str, size: int = SEGMENT_BLOCK_CHARS) -> list[tuple[int, int]]:
+    """(start, end) blocks covering `text`; a text of at most `size` characters is one block."""
+    blocks, start = [], 0
+    while len(text) - start > size:
+        limit = start + size
+        cut = text.rfind("\n", start, limit) + 1
+        if cut <= start:
+            ends = [m.end() for m in _BLOCK_CUT.finditer(text, start, limit)]
+            cut = ends[-1] if ends else text.rfind(" ", start, limit) + 1
+        if cut <= start:
+            cut = limit
+        blocks.append((start, cut))
+        start = cut
+    blocks.append((start, len(text)))
+    return blocks
+
+
+def _segment(text: str) -> list[str]:
+    try:
+        return _segmenter().segment(text)
+    except Exception:  # pysbd can fail on pathological input; fall back to one span
+        return [text]
+
+
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Sentences of `text` as (start, end) character spans, whitespace trimmed, in order.
 
-    pysbd finds the boundaries; each segment is then located in the original text from a
-    moving cursor, so the spans index the exact string the tokens came from.
+    pysbd finds the boundaries (block by block for long texts, see SEGMENT_BLOCK_CHARS); each
+    segment is then located in the original text from a moving cursor, so the spans index the
+    exact string the tokens came from.
     """
     if not isinstance(text, str) or not text.strip():
         return []
     spans: list[tuple[int, int]] = []
-    cursor = 0
-    try:
-        segments = _segmenter().segment(text)
-    except Exception:  # pysbd can fail on pathological input; fall back to one span
-        segments = [text]
-    for segment in segments:
-        piece = segment.strip()
-        if not piece:
-            continue
-        start = text.find(piece, cursor)
-        if start == -1:
-            continue
-        end = start + len(piece)
-        spans.append((start, end))
-        cursor = end
+    for block_start, block_end in _segment_blocks(text):
+        block = text[block_start:block_end]
+        cursor = 0
+        for segment in _segment(block):
+            piece = segment.strip()
+            if not piece:
+                continue
+            start = block.find(piece, cursor)
+            if start == -1:
+                continue
+            end = start + len(piece)
+            spans.append((block_start + start, block_start + end))
+            cursor = end
     return spans

@@ -18,15 +18,16 @@ import torch
 from tqdm.auto import tqdm
 
 from . import algos
-from .checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import Config
-from .data import QAExample, load_examples
+from .data import QAExample, load_mixture
+from .distributed import Distributed, loss_normalisers
 from .logprobs import completion_logprobs, reference_context
-from .metrics import MetricsLogger
+from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
 from .prompts import prompt_text
 from .rewards import score_rollouts
-from .rollout import Rollout, TransformersRollout
+from .rollout import Rollout, build_rollout_engine
 from .verifiers import build_verifier
 
 
@@ -78,7 +79,11 @@ def set_seed(seed: int) -> None:
 
 def load_training_examples(config: Config) -> list[QAExample]:
     """The training questions, restricted to a difficulty filter's kept ids when one is configured."""
-    examples = load_examples(config.data.train, seed=config.train.seed)
+    stats = {"skipped": 0}
+    examples = load_mixture(config.data.train, seed=config.train.seed, skip_bad_rows=config.data.skip_bad_rows,
+                            stats=stats)
+    if stats["skipped"]:
+        print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")
     if config.data.filter_path:
         kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
         examples = [e for e in examples if e.id in kept]
@@ -93,18 +98,29 @@ class Trainer:
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)
+        self.dist = Distributed()  # [distributed] rank, world size, collectives (one process: identities)
         if model is None or tokenizer is None:
-            model, tokenizer = load_policy(config.model, seed=config.train.seed)
+            model, tokenizer = load_policy(config.model, seed=config.train.seed,
+                                           max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
+                                           fast_inference=config.rollout.engine == "vllm",
+                                           gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization)
         self.model, self.tokenizer = model, tokenizer
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
-        self.engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens)
-        self.parameters = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.parameters, lr=config.train.learning_rate, weight_decay=config.train.weight_decay
-        )
         self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
+        optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
+            weight_decay=config.train.weight_decay,
+        )
+        # [distributed] the wrapped (DDP/FSDP) model runs the training forward/backward; self.model
+        # (unwrapped, same weights) generates, gives the reference pass and is saved
+        self.train_model, self.optimizer = self.dist.prepare(model, optimizer)
+        self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
+        if self.reference is not None:
+            self.reference.to(self.dist.device)
+        self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
+        set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
         self.step_index = 0
@@ -123,29 +139,59 @@ class Trainer:
 
     # ---- state -------------------------------------------------------------------------
     def resume(self) -> bool:
-        """Continue from the newest complete checkpoint in output_dir; False when there is none."""
+        """Continue from the newest complete checkpoint in output_dir; False when there is none.
+
+        Weights, optimizer, RNG states (sampling included), data position and fault counters
+        come back as they were, and rows that metrics.jsonl / samples.jsonl got after the
+        checkpoint are dropped, so the resumed run logs each later step exactly once and
+        reproduces the uninterrupted run's numbers.
+        """
         path = latest_checkpoint(self.output_dir)
         if path is None:
             return False
-        state = load_checkpoint(path, self.model, self.optimizer)
+        if self.dist.shards_weights:  # [distributed]
+            raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
+                                "is split over ranks and checkpoints keep only the model weights")
+        try:
+            state = load_checkpoint(path, self.model, self.optimizer)
+        except CheckpointError as error:
+            older = [p.name for p in complete_checkpoints(self.output_dir) if p.name < path.name]
+            hint = (f"; to resume from the newest intact one, remove {path} (intact: {', '.join(older)})" if older
+                    else "; no older intact checkpoint exists")
+            raise CheckpointError(f"{error}{hint}") from None
         self.step_index = state["step"]
+        if self.dist.world_size > 1:  # [distributed] the checkpoint holds rank 0's RNG: give each rank its own again
+            set_seed(self.config.train.seed + self.dist.rank + 1_000_003 * self.step_index)
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
+        self.bad_steps = state.get("bad_steps", 0)
         self.logger.truncate_after(self.step_index)
+        truncate_jsonl(self.output_dir / "samples.jsonl", self.step_index)
+        print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
         return True
 
-    def save(self) -> Path:
-        state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates}
-        return save_checkpoint(self.output_dir, self.step_index, self.model, self.optimizer, state, self.config)
+    def save(self) -> Path | None:
+        """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
+        The step's metrics row is already on disk (see fspo_lite.metrics), so no step is lost or logged twice."""
+        state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
+                 "bad_steps": self.bad_steps}
+        weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
+        path = None
+        if self.dist.is_main:
+            path = save_checkpoint(self.output_dir, self.step_index, self.model, self.optimizer, state, self.config,
+                                   state_dict=weights)
+        self.dist.wait()
+        return path
 
     # ---- the loop ----------------------------------------------------------------------
     def train(self) -> list[dict]:
         """Run the remaining steps; returns their metrics (also in output_dir/metrics.jsonl)."""
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        self.config.save(self.output_dir / "config.yaml")
+        if self.dist.is_main:
+            self.config.save(self.output_dir / "config.yaml")
         history = []
         steps = range(self.step_index, self.config.train.steps)
-        bar = tqdm(steps, desc=f"train {self.config.reward.method}", disable=not self.progress)
+        bar = tqdm(steps, desc=f"train {self.config.reward.method}", disable=not (self.progress and self.dist.is_main))
         for _ in bar:
             metrics = self.train_step()
             history.append(metrics)
@@ -166,6 +212,7 @@ class Trainer:
         config = self.config
         started = time.perf_counter()
         examples = [self.examples[i] for i in self.sampler.next(config.train.prompts_per_step)]
+        examples = self.dist.shard(examples)  # [distributed] this rank's prompts; each group stays on one rank
         rollout = self.rollout(examples)
         generated = time.perf_counter()
         per_response = [e for e in examples for _ in range(config.rollout.group_size)]
@@ -193,8 +240,11 @@ class Trainer:
             "step_time": elapsed,
             "skipped_updates": self.skipped_updates,
         }
-        self.logger.log(metrics)
-        self._log_sample(examples[0], rollout, scored, advantages)
+        metrics = self.dist.gather_metrics(metrics)  # [distributed] averaged over ranks (counts summed)
+        if self.dist.is_main:
+            self.logger.log(metrics)
+            self._log_sample(examples[0], rollout, scored, advantages)
+        self._stop_if_diverged()  # every rank: the gradient norm that decides a skip is global
         return metrics
 
     def _log_sample(self, example, rollout, scored, advantages) -> None:
@@ -209,8 +259,7 @@ class Trainer:
             "advantage": unflipped.item(), "token_advantages": advantages[0, :length].tolist(),
             "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
         }
-        with open(self.output_dir / "samples.jsonl", "a") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_jsonl(self.output_dir / "samples.jsonl", record)
 
     def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):
         return completion_logprobs(
@@ -239,58 +288,74 @@ class Trainer:
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict:
         """mu epochs over the rollout, one optimizer step per epoch with gradient accumulation."""
         train = self.config.train
-        model = self.model
+        model = self.train_model
         model.train()
         mask = rollout.completion_mask.float()
-        total_tokens, total_sequences = mask.sum().item(), mask.shape[0]
-        old_logp = self._frozen_logprobs(rollout, reference=False) if train.ppo_epochs > 1 else None
+        advantages = advantages.to(mask.device)
+        # [distributed] normalise by the whole step's tokens/sequences summed over ranks
+        global_tokens, global_sequences = self.dist.sum([mask.sum().item(), mask.shape[0]])
+        total_tokens, total_sequences = loss_normalisers(global_tokens, global_sequences, self.dist.world_size)
+        # pi_old: the trainer's own pass when mu > 1; at mu = 1 the engine's sampling log-probs when it returned
+        # them (rollout.use_sampler_logprobs), else the detached current log-probs (ratio 1)
+        old_logp = self._frozen_logprobs(rollout, reference=False) if train.ppo_epochs > 1 else rollout.sampling_logprobs
         ref_logp = self._frozen_logprobs(rollout, reference=True) if train.beta > 0 else None
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
+        skipped = False
         for epoch in range(train.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
-            for rows in self._micro_batches(rollout):
-                logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0)
-                old = logp.detach() if old_logp is None else old_logp[rows]
-                token_loss, clipped = algos.clipped_surrogate(
-                    logp, old, advantages[rows], train.epsilon_low, train.epsilon_high
-                )
-                if ref_logp is not None:
-                    kl = algos.kl_k3(logp, ref_logp[rows])
-                    token_loss = token_loss + train.beta * kl
-                    if epoch == 0:
-                        sums["kl"] += (kl.detach() * mask[rows]).sum().item()
-                loss = algos.aggregate_loss(
-                    token_loss, mask[rows], train.loss_aggregation, self.config.rollout.max_new_tokens,
-                    total_tokens, total_sequences,
-                )
-                loss.backward()
+            micro_batches = self._micro_batches(rollout)
+            for index, rows in enumerate(micro_batches):
+                # [distributed] gradients are all-reduced once, in the last micro-batch's backward
+                with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
+                    logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0)
+                    old = logp.detach() if old_logp is None else old_logp[rows]
+                    token_loss, clipped = algos.clipped_surrogate(
+                        logp, old, advantages[rows], train.epsilon_low, train.epsilon_high
+                    )
+                    if ref_logp is not None:
+                        kl = algos.kl_k3(logp, ref_logp[rows])
+                        token_loss = token_loss + train.beta * kl
+                        if epoch == 0:
+                            sums["kl"] += (kl.detach() * mask[rows]).sum().item()
+                    loss = algos.aggregate_loss(
+                        token_loss, mask[rows], train.loss_aggregation, self.config.rollout.max_new_tokens,
+                        total_tokens, total_sequences,
+                    )
+                    loss.backward()
                 epoch_loss += loss.item()
                 if epoch == 0:
                     sums["clipped"] += (clipped.float() * mask[rows]).sum().item()
                     sums["entropy"] += (entropy * mask[rows]).sum().item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.parameters, train.max_grad_norm).item()
+            grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
             if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
+                skipped = True
+                sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
                 self._skip_update(epoch_loss, grad_norm)
                 break
             self.optimizer.step()
             self.bad_steps = 0
             sums["loss"] += epoch_loss / train.ppo_epochs
         self.optimizer.zero_grad(set_to_none=True)
-        tokens = max(total_tokens, 1.0)
+        tokens = max(mask.sum().item(), 1.0)
         return {
             "loss": sums["loss"], "grad_norm": grad_norm, "clip_fraction": sums["clipped"] / tokens,
             "kl": sums["kl"] / tokens if ref_logp is not None else float("nan"),
             "entropy": sums["entropy"] / tokens, "learning_rate": self.optimizer.param_groups[0]["lr"],
+            "update_skipped": int(skipped),
         }
 
     def _skip_update(self, loss: float, grad_norm: float) -> None:
+        """Drop the gradients of a non-finite step (weights and optimizer state stay as they were)
+        and count it; `train_step` stops the run after train.max_bad_steps such steps in a row."""
         self.skipped_updates += 1
         self.bad_steps += 1
         self.optimizer.zero_grad(set_to_none=True)
         print(f"[fspo_lite] step {self.step_index + 1}: non-finite loss {loss} or grad norm {grad_norm}; "
               f"update skipped ({self.bad_steps} in a row)")
+
+    def _stop_if_diverged(self) -> None:
         if self.bad_steps >= self.config.train.max_bad_steps:
             raise TrainingError(
                 f"{self.bad_steps} consecutive steps had a non-finite loss or gradient "

@@ -65,3 +65,15 @@ def tiny_policy():
     from fspo_lite.models import load_policy
 
     return load_policy(ModelConfig(name="tiny", lora=True, lora_r=4, lora_alpha=8))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` run only where torch sees a CUDA device; elsewhere they skip with the reason."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

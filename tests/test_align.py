@@ -66,7 +66,20 @@ def test_prefix_fallback_matches_stream(smol_tokenizer):
     text = TRICKY[2]
     ids = smol_tokenizer(text, add_special_tokens=False)["input_ids"]
     special = set(smol_tokenizer.all_special_ids)
-    assert align._prefix_offsets(smol_tokenizer, ids, special) == align._stream_offsets(smol_tokenizer, ids, special)
+    total = len(smol_tokenizer.decode(ids))
+    assert (align._prefix_offsets(smol_tokenizer, ids, special, total)
+            == align._stream_offsets(smol_tokenizer, ids, special, total))
+
+
+def test_unfinished_byte_sequence_at_the_end_is_covered(smol_tokenizer):
+    """A lone UTF-8 continuation byte (id 111, '\xa1') decodes to U+FFFD; its token must cover it."""
+    from fspo_lite import align
+
+    period = smol_tokenizer.convert_tokens_to_ids(".")
+    text, offsets = token_char_offsets(smol_tokenizer, [period, 111])
+    assert text == ".\ufffd" and offsets == [(0, 1), (1, 2)]
+    special = set(smol_tokenizer.all_special_ids)
+    assert align._prefix_offsets(smol_tokenizer, [period, 111], special, 2) == [(0, 1), (1, 2)]
 
 
 def test_spans_to_token_values_hand_example():

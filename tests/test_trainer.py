@@ -7,6 +7,7 @@ its rewards (and FSPO mask) with seeded random values so that the update path is
 
 import copy
 import json
+import math
 
 import pytest
 import torch
@@ -130,6 +131,65 @@ def test_non_finite_steps_are_skipped_then_stop(tmp_path, tiny_policy, monkeypat
         trainer.train()
     assert trainer.skipped_updates == 2
     assert all(torch.equal(before[k], v) for k, v in lora_weights(model).items())
+    rows = read_metrics(tmp_path)  # the bad steps are logged before the run stops
+    assert [(r["step"], r["update_skipped"], r["skipped_updates"], r["loss"]) for r in rows] == [
+        (1, 1, 1, None), (2, 1, 2, None)]
+
+
+def test_non_finite_gradient_is_skipped_and_the_run_continues(tmp_path, tiny_policy, varied_rewards):
+    """A finite loss with an infinite gradient (step 1 only): no update, logged, counted; step 2 trains."""
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    before = lora_weights(model)
+    parameter = next(p for name, p in model.named_parameters() if "lora_B" in name)
+    calls = []
+
+    def poison_first_backward(grad):
+        calls.append(1)
+        return torch.full_like(grad, float("inf")) if len(calls) == 1 else grad
+
+    parameter.register_hook(poison_first_backward)
+    trainer = Trainer(tiny_config(tmp_path, "train.steps=3", "train.max_bad_steps=2", "train.micro_batch_size=8"),
+                      model, tokenizer, EXAMPLES, progress=False)
+    history = trainer.train()
+    assert [(r["update_skipped"], r["skipped_updates"]) for r in history] == [(1, 1), (0, 1), (0, 1)]
+    assert math.isfinite(history[0]["loss"]) and not math.isfinite(history[0]["grad_norm"])
+    assert trainer.bad_steps == 0 and math.isfinite(history[1]["grad_norm"])
+    assert any(not torch.equal(before[k], v) for k, v in lora_weights(model).items())
+    assert [r["update_skipped"] for r in read_metrics(tmp_path)] == [1, 0, 0]
+
+
+def test_fault_counters_survive_resume(tmp_path, tiny_policy, varied_rewards):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    trainer = Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, EXAMPLES, progress=False)
+    trainer.skipped_updates, trainer.bad_steps = 4, 2
+    trainer.save()
+    resumed = Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+    assert (resumed.skipped_updates, resumed.bad_steps) == (4, 2)
+
+
+def test_partial_checkpoints_are_ignored_and_damaged_ones_name_the_way_out(tmp_path, tiny_policy, varied_rewards):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    Trainer(tiny_config(tmp_path, "train.steps=2", "train.save_every=1"), model, tokenizer, EXAMPLES,
+            progress=False).train()
+    root = tmp_path / "checkpoints"
+    # a run killed while writing step 3: a staging folder and no pointer update
+    (root / ".staging-000003-99999" / "model").mkdir(parents=True)
+    assert latest_checkpoint(tmp_path) == root / "step-000002"
+    # a checkpoint folder without its manifest (copied by hand, half-deleted, ...) is not "complete"
+    (root / "latest").unlink()
+    (root / "step-000002" / "manifest.json").unlink()
+    assert latest_checkpoint(tmp_path) == root / "step-000001"
+    with pytest.raises(CheckpointError, match="partial: no manifest.json"):
+        verify_checkpoint(root / "step-000002")
+    # damage the newest one: resuming names it and the intact one before it
+    (root / "latest").write_text("step-000002")
+    with pytest.raises(CheckpointError, match=r"partial.*remove .*step-000002 \(intact: step-000001\)"):
+        Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+    # the next save clears the staging leftover
+    trainer = Trainer(tiny_config(tmp_path, "train.steps=3"), model, tokenizer, EXAMPLES, progress=False)
+    trainer.step_index = 3
+    trainer.save()
+    assert not list(root.glob(".staging-*")) and verify_checkpoint(root / "step-000003")["step"] == 3
 
 
 def test_sampler_reshuffles_each_epoch_and_restores():

@@ -111,7 +111,8 @@ class HHEMVerifier(CrossEncoderVerifier):
                 f"the hhem verifier runs model code shipped with '{model}'; allow it explicitly with "
                 "--set verifier.trust_remote_code=true (read that code first), or use verifier.name=nli"
             )
-        super().__init__(model=model, trust_remote_code=True, max_evidence_tokens=max_evidence_tokens, **kwargs)
+        super().__init__(model=model, trust_remote_code=trust_remote_code, max_evidence_tokens=max_evidence_tokens,
+                         **kwargs)
         if not hasattr(self.model, "predict"):
             raise ModelLoadError(f"'{model}' has no predict(pairs) method; is it an HHEM checkpoint?")
 

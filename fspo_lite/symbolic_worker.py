@@ -1,0 +1,173 @@
+"""The sandboxed side of symbolic grading: a standalone script, run as its own process.
+
+It is started by `fspo_lite.symbolic` as `python -I symbolic_worker.py` (isolated mode: no
+PYTHONPATH, no user site, not even this folder on sys.path) and imports only the standard
+library and sympy, never fspo_lite. It reads one JSON request per line on stdin,
+{"id": n, "a": tree, "b": tree} with trees from `fspo_lite.latex_math`, and writes one
+JSON reply per line, {"id": n, "equal": true | false | null, "error": text | null}.
+
+Nothing it receives is evaluated: trees are checked node by node against a fixed table and
+built into sympy objects with explicit constructors (no eval, exec, sympify or parse_expr).
+Resource limits (address space, no file writes, no child processes, no core dumps) apply once
+sympy is imported; a soft per-request alarm ends slow pure-Python work, and the parent kills
+the whole process when a request overruns its hard timeout.
+"""
+
+import json
+import signal
+import sys
+
+NAMES = frozenset(
+    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho "
+    "sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Upsilon Phi Psi Omega".split()
+) | frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+MAX_TREE_DEPTH = 200
+
+
+class Rejected(ValueError):
+    """The request is not a valid tree."""
+
+
+class SoftTimeout(BaseException):
+    """The per-request alarm fired (a BaseException, so that sympy's own `except Exception` cannot swallow it)."""
+
+
+def limit_resources(memory_mb):
+    """Apply OS limits to this process (POSIX only; elsewhere the parent's timeout still applies)."""
+    try:
+        import resource
+    except ImportError:
+        return
+    limits = [("RLIMIT_FSIZE", 0), ("RLIMIT_CORE", 0), ("RLIMIT_NPROC", 0)]
+    if memory_mb:
+        limits.append(("RLIMIT_AS", memory_mb * 1024 * 1024))
+    for name, value in limits:
+        if hasattr(resource, name):
+            try:
+                resource.setrlimit(getattr(resource, name), (value, value))
+            except (ValueError, OSError):
+                pass  # some systems refuse a limit (e.g. RLIMIT_AS on macOS); the timeout remains
+
+
+def build(tree, sympy, depth=0):
+    """A sympy object from a syntax tree; Rejected for anything not in the table."""
+    if depth > MAX_TREE_DEPTH or not isinstance(tree, list) or not tree or not isinstance(tree[0], str):
+        raise Rejected("malformed tree")
+    kind, args = tree[0], tree[1:]
+
+    def sub(index):
+        return build(args[index], sympy, depth + 1)
+
+    if kind == "num":
+        if len(args) != 2 or not all(type(a) is int for a in args) or args[1] <= 0:
+            raise Rejected("malformed number")
+        return sympy.Rational(args[0], args[1])
+    if kind == "sym":
+        if len(args) != 1 or args[0] not in NAMES:
+            raise Rejected("unknown symbol")
+        return sympy.Symbol(args[0])
+    simple = {"pi": lambda: sympy.pi, "inf": lambda: sympy.oo}
+    if kind in simple and not args:
+        return simple[kind]()
+    unary = {"neg": lambda a: -a, "fact": sympy.factorial, "sqrt": sympy.sqrt, "abs": sympy.Abs}
+    if kind in unary and len(args) == 1:
+        return unary[kind](sub(0))
+    binary = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "div": lambda a, b: a / b, "pow": lambda a, b: a ** b, "root": sympy.root, "log": sympy.log,
+    }
+    if kind in binary and len(args) == 2:
+        return binary[kind](sub(0), sub(1))
+    functions = {
+        "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "cot": sympy.cot, "sec": sympy.sec,
+        "csc": sympy.csc, "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan,
+        "sinh": sympy.sinh, "cosh": sympy.cosh, "tanh": sympy.tanh, "log": sympy.log, "exp": sympy.exp,
+    }
+    if kind == "fn" and len(args) == 2 and args[0] in functions:
+        return functions[args[0]](build(args[1], sympy, depth + 1))
+    raise Rejected(f"unknown node {kind!r}")
+
+
+SAMPLE_POINTS = ((3, 7), (5, 11), (13, 17))
+"""Rationals substituted for every symbol to prove a difference non-zero without simplifying it."""
+
+
+def nonzero_somewhere(difference, sympy):
+    """True when a - b is clearly non-zero at one of the sample points (then a != b for sure);
+    this skips the slow `simplify` for the common case, a wrong answer."""
+    symbols = sorted(difference.free_symbols, key=str)
+    for offset in range(len(SAMPLE_POINTS)):
+        point = {
+            symbol: sympy.Rational(*SAMPLE_POINTS[(offset + index) % len(SAMPLE_POINTS)]) * (index + 1)
+            for index, symbol in enumerate(symbols)
+        }
+        value = sympy.N(difference.subs(point), 30)
+        if value.is_number and value.is_finite and abs(value) > sympy.Rational(1, 10**12):
+            return True
+    return False
+
+
+def expressions_equal(a, b, sympy):
+    """Exact equivalence: a - b is 0 after expansion or simplification, or (no symbols) to 50 digits."""
+    if any(x.has(sympy.nan, sympy.zoo) for x in (a, b)):
+        return False
+    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
+        return a == b
+    difference = a - b
+    if difference == 0 or sympy.expand(difference) == 0:
+        return True
+    if nonzero_somewhere(difference, sympy):
+        return False
+    if sympy.simplify(difference) == 0:
+        return True
+    if not difference.free_symbols:
+        value = sympy.N(difference, 50)
+        return bool(value.is_number and abs(value) < sympy.Rational(1, 10**40))
+    return False
+
+
+def trees_equal(a, b, sympy):
+    """Tuples and intervals: same brackets, same length, equal items; otherwise expressions."""
+    a_tuple, b_tuple = a[0] == "tuple", b[0] == "tuple"
+    if a_tuple or b_tuple:
+        if not (a_tuple and b_tuple) or len(a) != 4 or len(b) != 4 or a[1:3] != b[1:3] or len(a[3]) != len(b[3]):
+            return False
+        return all(trees_equal(x, y, sympy) for x, y in zip(a[3], b[3]))
+    return expressions_equal(build(a, sympy), build(b, sympy), sympy)
+
+
+def _on_alarm(signum, frame):
+    raise SoftTimeout()
+
+
+def serve(soft_timeout, memory_mb):
+    import sympy
+
+    limit_resources(memory_mb)
+    use_alarm = hasattr(signal, "setitimer")
+    if use_alarm:
+        signal.signal(signal.SIGALRM, _on_alarm)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        reply = {"id": None, "equal": None, "error": None}
+        try:
+            request = json.loads(line)
+            reply["id"] = request.get("id")
+            if use_alarm:
+                signal.setitimer(signal.ITIMER_REAL, soft_timeout)
+            try:
+                reply["equal"] = bool(trees_equal(request["a"], request["b"], sympy))
+            finally:
+                if use_alarm:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+        except SoftTimeout:
+            reply["error"] = "timeout"
+        except (Rejected, MemoryError, RecursionError) as error:
+            reply["error"] = type(error).__name__
+        except Exception as error:  # sympy raises many types on odd input; the answer is then "not equal"
+            reply["error"] = type(error).__name__
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    serve(soft_timeout=float(sys.argv[1]), memory_mb=int(sys.argv[2]))

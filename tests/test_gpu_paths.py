@@ -1,0 +1,193 @@
+"""The GPU paths: their CPU-side logic and guards here, the real thing in tests marked `gpu`.
+
+On a machine without CUDA the `gpu` tests skip (tests/conftest.py) and the rest check that the
+CPU install never imports vllm, bitsandbytes or unsloth, and that asking for them fails clearly.
+docs/gpu.md has the commands to run the `gpu` tests and the benchmark on a GPU.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from fspo_lite.config import ModelConfig
+from fspo_lite.models import (
+    LARGE_MODEL_PARAMETERS,
+    ModelLoadError,
+    compute_dtype,
+    four_bit_options,
+    load_policy,
+    wants_gradient_checkpointing,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_PACKAGES = ("vllm", "bitsandbytes", "unsloth")
+
+
+def test_four_bit_options_are_qlora():
+    assert four_bit_options(torch.float16) == {
+        "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+        "bnb_4bit_compute_dtype": torch.float16,
+    }
+    assert compute_dtype(True) == torch.bfloat16 and compute_dtype(False) == torch.float16
+
+
+def test_gradient_checkpointing_rule():
+    assert wants_gradient_checkpointing(None, LARGE_MODEL_PARAMETERS) is False
+    assert wants_gradient_checkpointing(None, LARGE_MODEL_PARAMETERS + 1) is True
+    assert wants_gradient_checkpointing(False, 7_000_000_000) is False
+    assert wants_gradient_checkpointing(True, 1_000) is True
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only errors")
+@pytest.mark.parametrize("overrides, message", [
+    ({"load_in_4bit": True}, r"model.load_in_4bit needs a CUDA GPU"),
+    ({"backend": "unsloth"}, r"model.backend=unsloth needs a CUDA GPU"),
+])
+def test_gpu_options_fail_clearly_without_a_gpu(overrides, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_policy(ModelConfig(name="tiny", **overrides))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"backend": "jax"}, "unknown model.backend 'jax'"),
+    ({"load_in_4bit": True, "lora": False}, "QLoRA"),
+])
+def test_invalid_scale_options(overrides, message):
+    with pytest.raises(ModelLoadError, match=message):
+        load_policy(ModelConfig(name="tiny", **overrides))
+
+
+def test_cpu_path_never_imports_gpu_packages(tmp_path):
+    """A fresh interpreter imports every fspo_lite module and trains one CLI step of the tiny model;
+    none of the GPU packages may be in sys.modules afterwards. On the CPU install they are absent, so
+    an unguarded import would also crash the run. vllm and unsloth are moreover replaced by poisoned
+    stand-ins that fail when imported, which shows the guards hold even where they are installed.
+    (Not bitsandbytes: peft imports it whenever it is installed, as soon as it builds LoRA layers.)"""
+    for name in ("vllm", "unsloth"):
+        (tmp_path / "poison" / name).mkdir(parents=True)
+        (tmp_path / "poison" / name / "__init__.py").write_text(
+            f"raise ImportError('{name} was imported on the CPU path')\n")
+    from fspo_lite.data import QAExample, save_examples
+
+    save_examples([QAExample("a", "What is the capital of France?", ["Paris"], "Paris is in France.")] * 2,
+                  tmp_path / "train.jsonl")
+    script = textwrap.dedent(f"""
+        import importlib, pkgutil, sys
+        import fspo_lite
+        for module in pkgutil.walk_packages(fspo_lite.__path__, "fspo_lite."):
+            importlib.import_module(module.name)
+        from fspo_lite.__main__ import main
+        main(["train", "--config", "configs/tiny.yaml", "--set", "train.steps=1", "--set", "rollout.max_new_tokens=4",
+              "--set", "train.output_dir={tmp_path / 'run'}", "--set", "data.train={tmp_path / 'train.jsonl'}"])
+        loaded = [name for name in {GPU_PACKAGES!r} if name in sys.modules]
+        assert not loaded, loaded
+        print("clean")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "poison"), str(REPO)]),
+           "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("clean"), result.stderr[-3000:]
+
+
+# ---- on a GPU -------------------------------------------------------------------------------
+
+def random_qwen_folder(path: Path, layers: int = 2, hidden: int = 256) -> Path:
+    """A small random-weight Qwen2-architecture model saved with the SmolLM2 tokenizer (no download)."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from fspo_lite.models import load_tokenizer
+
+    tokenizer = load_tokenizer("tiny")
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=True,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def gpu_config(tmp_path, model_dir, *overrides):
+    from fspo_lite.config import load_config
+
+    return load_config(REPO / "configs" / "tiny.yaml", [
+        f"model.name={model_dir}", f"train.output_dir={tmp_path / 'run'}", "train.steps=2", *overrides])
+
+
+
+def _examples():
+    from fspo_lite.data import QAExample
+
+    return [QAExample(str(i), f"What is {i} plus {i}?", [str(2 * i)], f"{i} plus {i} is {2 * i}.") for i in range(4)]
+
+
+@pytest.mark.gpu
+def test_qlora_4bit_trains_on_gpu(tmp_path):
+    pytest.importorskip("bitsandbytes", reason="the 'gpu' extra (bitsandbytes) is not installed")
+    from fspo_lite.trainer import Trainer
+
+    model_dir = random_qwen_folder(tmp_path / "model")
+    trainer = Trainer(gpu_config(tmp_path, model_dir, "model.load_in_4bit=true"), train_examples=_examples(),
+                      progress=False)
+    assert any(type(m).__name__ == "Linear4bit" for m in trainer.model.modules())
+    assert next(trainer.model.parameters()).device.type == "cuda"
+    history = trainer.train()
+    assert len(history) == 2 and all(row["loss"] is not None for row in history)
+
+
+@pytest.mark.gpu
+def test_vllm_colocated_engine_on_gpu(tmp_path):
+    pytest.importorskip("vllm", reason="the 'gpu' extra (vllm) is not installed")
+    from fspo_lite.distributed import Distributed
+    from fspo_lite.models import load_policy
+    from fspo_lite.rollout import build_rollout_engine
+
+    model_dir = random_qwen_folder(tmp_path / "model")
+    config = gpu_config(tmp_path, model_dir, "rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3",
+                        "rollout.use_sampler_logprobs=true", "rollout.max_new_tokens=16")
+    model, tokenizer = load_policy(config.model)
+    engine = build_rollout_engine(model.cuda(), tokenizer, config, Distributed())
+    first = engine.generate(["Hello there", "What is two plus two?"], num_samples=3)
+    second = engine.generate(["Hello there"], num_samples=2, do_sample=False)
+    assert first.completion_ids.shape[0] == 6 and first.completion_ids.device.type == "cuda"
+    assert first.sampling_logprobs is not None and (first.sampling_logprobs <= 0).all()
+    assert torch.equal(second.completion_ids[0], second.completion_ids[1])  # greedy
+    assert engine.adapters.version == 2
+
+
+@pytest.mark.gpu
+def test_unsloth_backend_on_gpu(tmp_path):
+    pytest.importorskip("unsloth", reason="the 'gpu' extra (unsloth) is not installed")
+    from fspo_lite.trainer import Trainer
+
+    model_dir = random_qwen_folder(tmp_path / "model")
+    config = gpu_config(tmp_path, model_dir, "model.backend=unsloth", "model.load_in_4bit=true", "model.lora_r=8")
+    history = Trainer(config, train_examples=_examples(), progress=False).train()
+    assert len(history) == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_ddp_on_two_gpus_keeps_ranks_identical(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "tests/dist_driver.py", str(tmp_path), "2", "fspo"]
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    zero, one = (torch.load(tmp_path / f"weights-rank{r}-step2.pt", weights_only=True) for r in (0, 1))
+    assert all(torch.equal(zero[k], one[k]) for k in zero)
+
+
+def test_gpu_packages_are_absent_here_or_gpu_present():
+    """Documents the machine: the CPU install has none of the GPU packages (they stay uninstalled)."""
+    if not torch.cuda.is_available():
+        assert [p for p in GPU_PACKAGES if importlib.util.find_spec(p) is not None] == []

@@ -1,0 +1,283 @@
+"""The vLLM engines without vLLM: request building, adapter versioning, output conversion, the server client.
+
+A fake `vllm` module (SamplingParams, LoRARequest) and a fake LLM that answers with objects
+shaped like vLLM's RequestOutput / CompletionOutput / Logprob stand in for the GPU engine;
+the server engine talks to a small HTTP server on 127.0.0.1.
+"""
+
+import copy
+import json
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+import torch
+
+from fspo_lite.config import load_config
+from fspo_lite.rollout import build_rollout_engine
+from fspo_lite.vllm_rollout import (
+    AdapterVersions,
+    VLLMRollout,
+    VLLMServerRollout,
+    completions_from_request_outputs,
+    cut_at_eos,
+    rollout_from_token_ids,
+    sampling_arguments,
+    vllm_lora_rank,
+)
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list
+    cumulative_logprob: float | None
+    logprobs: list | None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list
+    outputs: list
+
+
+def test_vllm_lora_rank_rounds_up_to_an_accepted_value():
+    assert [vllm_lora_rank(r) for r in (1, 4, 8, 16, 17, 64, 300)] == [1, 8, 8, 16, 32, 64, 320]
+    with pytest.raises(ValueError, match="largest"):
+        vllm_lora_rank(1024)
+
+
+def test_sampling_arguments_sample_and_greedy():
+    sample = sampling_arguments(4, True, 0.7, 0.9, 32, [2], with_logprobs=True)
+    assert sample == {"n": 4, "max_tokens": 32, "stop_token_ids": [2], "temperature": 0.7, "top_p": 0.9,
+                      "skip_special_tokens": True, "logprobs": 0}
+    greedy = sampling_arguments(4, False, 0.7, 0.9, 32, [2], with_logprobs=False)
+    assert greedy["n"] == 1 and greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0 and "logprobs" not in greedy
+
+
+def test_cut_at_eos():
+    assert cut_at_eos([5, 6, 2, 7, 2], [2]) == [5, 6, 2]
+    assert cut_at_eos([5, 6], [2]) == [5, 6]
+    assert cut_at_eos([], [2]) == []
+
+
+def test_rollout_from_token_ids_pads_and_masks(smol_tokenizer):
+    eos = smol_tokenizer.eos_token_id
+    pad = smol_tokenizer.pad_token_id
+    paris = smol_tokenizer(" Paris", add_special_tokens=False)["input_ids"]
+    rollout = rollout_from_token_ids(
+        [[10, 11, 12], [20]], [paris + [eos, 99], [30, 31], [40], [41, 42, 43]],
+        [[-0.5] * (len(paris) + 2), [-1.0, -2.0], [-3.0], [-4.0, -5.0, -6.0]], 2, smol_tokenizer, [eos])
+    width = max(len(paris) + 1, 3)
+    assert rollout.prompt_ids.tolist() == [[10, 11, 12], [10, 11, 12], [pad, pad, 20], [pad, pad, 20]]
+    assert rollout.prompt_mask.tolist() == [[1, 1, 1], [1, 1, 1], [0, 0, 1], [0, 0, 1]]
+    assert rollout.completion_ids.shape == (4, width)
+    assert rollout.completion_lengths.tolist() == [len(paris) + 1, 2, 1, 3]  # EOS kept, token after it dropped
+    assert rollout.completion_ids[1].tolist() == [30, 31] + [pad] * (width - 2)
+    assert rollout.texts[0] == " Paris"
+    assert rollout.sampling_logprobs[1].tolist() == [-1.0, -2.0] + [0.0] * (width - 2)
+    assert rollout.num_samples == 2
+    with pytest.raises(ValueError, match="3 completions for 2 prompts x 2 samples"):
+        rollout_from_token_ids([[1], [2]], [[1], [2], [3]], None, 2, smol_tokenizer, [eos])
+
+
+def test_completions_from_request_outputs_reads_sampled_logprobs():
+    outputs = [
+        RequestOutput("0", [1, 2], [CompletionOutput(0, "a", [5, 6], -1.5, [{5: Logprob(-1.0), 9: Logprob(-0.1)},
+                                                                            {6: Logprob(-0.5)}])]),
+        RequestOutput("1", [3], [CompletionOutput(0, "b", [7], -2.0, [{7: Logprob(-2.0)}]),
+                                 CompletionOutput(1, "c", [], 0.0, [])]),
+    ]
+    ids, logprobs = completions_from_request_outputs(outputs, with_logprobs=True)
+    assert ids == [[5, 6], [7], []] and logprobs == [[-1.0, -0.5], [-2.0], []]
+    assert completions_from_request_outputs(outputs, with_logprobs=False)[1] is None
+
+
+def test_adapter_versions_get_new_ids_and_keep_only_the_newest(tmp_path, tiny_policy):
+    versions = AdapterVersions(tmp_path)
+    first = versions.save(tiny_policy[0])
+    second = versions.save(tiny_policy[0])
+    assert (first[0], first[1]) == ("policy-v1", 1) and (second[0], second[1]) == ("policy-v2", 2)
+    assert not (tmp_path / "v1").exists()
+    assert (tmp_path / "v2" / "adapter_config.json").exists() and (tmp_path / "v2" / "adapter_model.safetensors").exists()
+
+
+class FakeLLM:
+    """Answers every request with fixed completions; records requests, LoRA requests and sleep calls."""
+
+    def __init__(self):
+        self.calls, self.events = [], []
+
+    def generate(self, prompts, sampling_params, lora_request=None, use_tqdm=True):
+        self.calls.append((prompts, sampling_params, lora_request))
+        self.events.append("generate")
+        return [RequestOutput(str(i), p["prompt_token_ids"], [
+            CompletionOutput(j, "", [100 + j, 101, 2], None, [{100 + j: Logprob(-0.25)}, {101: Logprob(-0.5)},
+                                                              {2: Logprob(-0.75)}])
+            for j in range(sampling_params.kwargs["n"])]) for i, p in enumerate(prompts)]
+
+    def sleep(self, level):
+        self.events.append(f"sleep{level}")
+
+    def wake_up(self):
+        self.events.append("wake")
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    module = types.ModuleType("vllm")
+    module.SamplingParams = lambda **kwargs: types.SimpleNamespace(kwargs=kwargs)
+    lora = types.ModuleType("vllm.lora")
+    request = types.ModuleType("vllm.lora.request")
+    request.LoRARequest = lambda name, id_, path: types.SimpleNamespace(name=name, id=id_, path=path)
+    monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.lora", lora)
+    monkeypatch.setitem(sys.modules, "vllm.lora.request", request)
+
+
+def test_colocated_engine_passes_a_new_adapter_version_per_call(tmp_path, tiny_policy, fake_vllm):
+    model, tokenizer = tiny_policy
+    llm = FakeLLM()
+    engine = VLLMRollout(model, tokenizer, llm, max_new_tokens=8, temperature=0.9, with_logprobs=True,
+                         sleep_between_rollouts=True, adapter_root=tmp_path)
+    prompts = ["What is the capital of France?", "Name a noble gas."]
+    first = engine.generate(prompts, num_samples=3)
+    second = engine.generate(prompts[:1], num_samples=2, do_sample=False)
+    (requests, params, lora), (greedy_requests, greedy_params, lora2) = llm.calls
+    expected_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    assert [r["prompt_token_ids"] for r in requests] == expected_ids
+    assert params.kwargs["n"] == 3 and params.kwargs["temperature"] == 0.9 and params.kwargs["max_tokens"] == 8
+    assert (lora.name, lora.id, lora2.id) == ("policy-v1", 1, 2) and lora2.path.endswith("v2")
+    assert len(greedy_requests) == 2 and greedy_params.kwargs["n"] == 1  # greedy: the prompt repeated
+    assert llm.events == ["generate", "sleep1", "wake", "generate", "sleep1"]  # starts awake
+    assert first.completion_ids.shape == (6, 3) and first.completion_ids[:3, 0].tolist() == [100, 101, 102]
+    assert first.completion_mask.sum().item() == 18  # every completion ends with EOS (id 2), kept
+    assert torch.allclose(first.sampling_logprobs[0], torch.tensor([-0.25, -0.5, -0.75]))
+    assert second.prompt_ids.shape[0] == 2
+
+
+def _config(tmp_path, *overrides):
+    return load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", *overrides])
+
+
+def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
+    from fspo_lite.distributed import Distributed
+
+    model, tokenizer = tiny_policy
+    dist = Distributed()
+    with pytest.raises(ValueError, match="unknown rollout.engine 'vlm'"):
+        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vlm"), dist)
+    with pytest.raises(ValueError, match="needs a vLLM engine"):
+        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true"), dist)
+    with pytest.raises(ValueError, match="full fine-tuning"):
+        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm", "model.lora=false"), dist)
+    with pytest.raises(ValueError, match="ppo_epochs=1"):
+        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server", "train.ppo_epochs=2",
+                                                       "rollout.use_sampler_logprobs=true"), dist)
+    with pytest.raises(ValueError, match="vllm_server_url"):
+        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server"), dist)
+    if "vllm" not in sys.modules:
+        with pytest.raises(RuntimeError, match="vllm"):
+            build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm"), dist)
+
+
+class _FakeServer(BaseHTTPRequestHandler):
+    log: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.log.append((self.path, body))
+        if self.path == "/v1/completions":
+            n = body["n"]
+            choices = [{"index": i * n + j, "text": "", "token_ids": [200 + i, 201 + j, 2], "finish_reason": "stop",
+                        "logprobs": {"token_logprobs": [-0.1, -0.2, -0.3]}}
+                       for i in range(len(body["prompt"])) for j in range(n)]
+            answer = json.dumps({"choices": list(reversed(choices))}).encode()
+        elif body.get("lora_name") == "boom":
+            self.send_response(400)
+            self.end_headers()
+            self.wfile.write(b"adapter rejected")
+            return
+        else:
+            answer = b""
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_policy):
+    server = HTTPServer(("127.0.0.1", 0), _FakeServer)
+    _FakeServer.log = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        model, tokenizer = tiny_policy
+        engine = VLLMServerRollout(model, tokenizer, f"http://127.0.0.1:{server.server_port}/", max_new_tokens=5,
+                                   with_logprobs=True, adapter_root=tmp_path, timeout=10)
+        rollout = engine.generate(["Hello?", "Where is Rome?"], num_samples=2)
+        engine.generate(["Hello?"], num_samples=2)
+        paths = [path for path, _ in _FakeServer.log]
+        assert paths == ["/v1/load_lora_adapter", "/v1/completions", "/v1/load_lora_adapter",
+                         "/v1/unload_lora_adapter", "/v1/completions"]
+        load, completion = _FakeServer.log[0][1], _FakeServer.log[1][1]
+        assert load == {"lora_name": "policy-v1", "lora_path": str(tmp_path / "v1")}
+        assert completion["model"] == "policy-v1" and completion["return_token_ids"] is True
+        assert completion["prompt"] == tokenizer(["Hello?", "Where is Rome?"], add_special_tokens=False)["input_ids"]
+        assert _FakeServer.log[3][1] == {"lora_name": "policy-v1"}
+        assert rollout.completion_ids[:, :2].tolist() == [[200, 201], [200, 202], [201, 201], [201, 202]]
+        assert torch.allclose(rollout.sampling_logprobs[3], torch.tensor([-0.1, -0.2, -0.3]))
+        engine.adapters.version = 0
+        engine.adapters.save = lambda model: ("boom", 1, "x")
+        with pytest.raises(RuntimeError, match="HTTP 400: adapter rejected"):
+            engine.generate(["Hello?"], num_samples=1)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_trainer_uses_sampler_logprobs_as_pi_old(tmp_path, tiny_policy, monkeypatch):
+    """With mu = 1 and sampler log-probs far below the policy's, the ratio is large and gets clipped;
+    without them the ratio is exactly 1 and nothing is clipped."""
+    from fspo_lite import trainer as trainer_module
+    from fspo_lite.data import QAExample
+
+    real = trainer_module.score_rollouts
+
+    def positive_advantages(examples, rollout, tokenizer, config, verifier):
+        scored = real(examples, rollout, tokenizer, config, verifier)
+        scored.rewards = torch.arange(len(examples), dtype=torch.float32)
+        return scored
+
+    monkeypatch.setattr(trainer_module, "score_rollouts", positive_advantages)
+    examples = [QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France.")] * 2
+    clip = {}
+    for use in (False, True):
+        trainer = trainer_module.Trainer(_config(tmp_path / str(use), "train.steps=1", "reward.method=grpo"),
+                                         copy.deepcopy(tiny_policy[0]), tiny_policy[1], examples, progress=False)
+        engine = trainer.engine
+
+        class WithSamplerLogprobs:
+            def generate(self, prompts, num_samples=1, do_sample=True, max_new_tokens=None):
+                rollout = engine.generate(prompts, num_samples, do_sample, max_new_tokens)
+                if use:
+                    rollout.sampling_logprobs = torch.full(rollout.completion_ids.shape, -50.0)
+                return rollout
+
+        trainer.engine = WithSamplerLogprobs()
+        clip[use] = trainer.train()[0]["clip_fraction"]
+    assert clip[False] == 0.0 and clip[True] > 0.2

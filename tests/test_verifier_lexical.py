@@ -44,3 +44,9 @@ def test_factory():
     assert isinstance(build_verifier(VerifierConfig(name="lexical")), LexicalVerifier)
     with pytest.raises(ValueError, match="available"):
         build_verifier(VerifierConfig(name="oracle"))
+
+
+def test_possessives_match_the_plain_name():
+    evidence = "Titan is the largest moon of Saturn."
+    assert LexicalVerifier().score([evidence], ["Titan is Saturn's largest moon."])[0] > 0.5
+    assert LexicalVerifier().score([evidence], ["Titan is Jupiter's largest moon."])[0] < 0.5

@@ -2,7 +2,8 @@
 
 A verifier answers "is this sentence supported by this evidence?" with P(supported) in [0, 1],
 or None when the sentence holds nothing checkable (FSPO then leaves its tokens alone: mask 0).
-Results are cached by a hash of the pair, so re-scoring the same sentence costs nothing.
+Results are cached by a hash of the pair, so re-scoring the same sentence costs nothing, and a
+pair repeated inside one call is scored once. Subclasses see only the uncached pairs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ class Verifier:
         if len(evidence) != len(sentences):
             raise ValueError(f"{len(evidence)} evidence texts but {len(sentences)} sentences")
         keys = [pair_key(e or "", s or "") for e, s in zip(evidence, sentences)]
-        missing = [i for i, key in enumerate(keys) if key not in self.cache]
+        first_seen: dict[str, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self.cache:
+                first_seen.setdefault(key, i)  # a pair repeated within one call is scored once
+        missing = list(first_seen.values())
         self.cache_hits += len(keys) - len(missing)
         self.cache_misses += len(missing)
         if missing:
@@ -44,6 +49,13 @@ class Verifier:
 
     def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
         raise NotImplementedError
+
+
+def batches(items: Sequence, size: int):
+    """Consecutive slices of at most `size` items."""
+    size = max(1, int(size))
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def labels_from_scores(scores: Sequence[float | None], threshold: float = 0.5) -> list[int]:

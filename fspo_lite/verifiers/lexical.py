@@ -34,6 +34,14 @@ def _stem(word: str) -> str:
     return word
 
 
+def _key(token: str) -> str:
+    """Lowercase, drop a possessive ("Saturn's" -> "saturn"), then stem."""
+    lower = token.lower()
+    if lower.endswith(("'s", "’s")):
+        lower = lower[:-2]
+    return _stem(lower)
+
+
 def _numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in _NUMBER_RE.findall(text)}
 
@@ -49,15 +57,15 @@ def content_units(sentence: str) -> tuple[set[str], set[str], set[str]]:
             continue
         # a capitalised word is a name unless it merely starts the sentence
         if token[0].isupper() and (index > 0 or not token.istitle()):
-            names.add(_stem(lower))
+            names.add(_key(token))
         elif len(lower) > 2:
-            words.add(_stem(lower))
+            words.add(_key(token))
     return numbers, names, words
 
 
 @lru_cache(maxsize=4096)
 def _evidence_index(evidence: str) -> tuple[frozenset[str], frozenset[str]]:
-    words = frozenset(_stem(m.group(0).lower()) for m in _WORD_RE.finditer(evidence))
+    words = frozenset(_key(m.group(0)) for m in _WORD_RE.finditer(evidence))
     return words, frozenset(_numbers(evidence))
 
 

@@ -41,6 +41,8 @@ class ClaimItem:
     evidence: str
     claim: str
     supported: bool
+    context: str = ""
+    """The question: text the claim may restate without claiming anything (see Verifier.score)."""
 
 
 def halueval_claim(question: str, candidate: str) -> str:
@@ -57,7 +59,7 @@ def load_halueval(path: str | Path, limit: int | None = None) -> list[ClaimItem]
                 continue
             row = json.loads(line)
             items.append(ClaimItem(row["knowledge"], halueval_claim(row["question"], row["candidate"]),
-                                   not bool(row["candidate_is_hallucinated"])))
+                                   not bool(row["candidate_is_hallucinated"]), row["question"]))
             if limit and len(items) >= limit:
                 break
     return items
@@ -78,7 +80,7 @@ def load_gold(path: str | Path = GOLD_SET) -> tuple[list[ClaimItem], int]:
     items, not_checkable = [], 0
     for item in load_items(path):
         if item.label in ("supported", "unsupported"):
-            items.append(ClaimItem(item.evidence, item.sentence, item.label == "supported"))
+            items.append(ClaimItem(item.evidence, item.sentence, item.label == "supported", item.question))
         elif item.label == "not_checkable":
             not_checkable += 1
     return items, not_checkable
@@ -113,7 +115,7 @@ class VerifierResult:
 def scores_of(verifier: Verifier, items: list[ClaimItem], threshold: float) -> tuple[list[float], int, float]:
     """(scores with None replaced by the threshold, number of None, seconds spent)."""
     start = time.perf_counter()
-    raw = verifier.score([i.evidence for i in items], [i.claim for i in items])
+    raw = verifier.score([i.evidence for i in items], [i.claim for i in items], [i.context for i in items])
     seconds = time.perf_counter() - start
     return [threshold if p is None else p for p in raw], sum(p is None for p in raw), seconds
 

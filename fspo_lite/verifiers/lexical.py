@@ -5,6 +5,10 @@ appears in the evidence. Numbers and names weigh more than ordinary words, and a
 name that the evidence does not contain pulls the score down hard: those are the typical
 hallucinations of a small model ("born in 1887", "the capital is Sydney"). A sentence with no
 content at all ("Let me think about this.") is not checkable and gets None.
+
+With a context (the question), words the sentence shares with the question are not counted: a
+sentence that restates the question claims nothing, and a claim is judged by what it adds.
+On HaluEval-QA this is what separates a right answer from a hallucinated one (docs/verifiers.md).
 """
 
 from __future__ import annotations
@@ -73,6 +77,7 @@ class LexicalVerifier(Verifier):
     """Weighted recall of a sentence's numbers, names and content words in the evidence."""
 
     name = "lexical"
+    uses_context = True
 
     def __init__(self, number_weight: float = 3.0, name_weight: float = 2.0, word_weight: float = 1.0,
                  missing_key_penalty: float = 0.5, **kwargs):
@@ -82,9 +87,13 @@ class LexicalVerifier(Verifier):
         self.word_weight = word_weight
         self.missing_key_penalty = missing_key_penalty
 
-    def _score_one(self, evidence: str, sentence: str) -> float | None:
+    def _score_one(self, evidence: str, sentence: str, context: str = "") -> float | None:
         numbers, names, words = content_units(sentence)
-        if not (numbers or names or len(words) >= 2):
+        if context:  # only what the sentence adds beyond the question is a claim
+            given_numbers, given_names, given_words = content_units(context)
+            given = given_names | given_words
+            numbers, names, words = numbers - given_numbers, names - given, words - given
+        if not (numbers or names or len(words) >= (1 if context else 2)):
             return None
         evidence_words, evidence_numbers = _evidence_index(evidence)
         found_numbers = {n for n in numbers if n in evidence_numbers}
@@ -97,5 +106,5 @@ class LexicalVerifier(Verifier):
         missing_keys = (len(numbers) - len(found_numbers)) + (len(names) - len(found_names))
         return score * (self.missing_key_penalty ** missing_keys)
 
-    def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
-        return [self._score_one(e, s) for e, s in zip(evidence, sentences)]
+    def _score(self, evidence: list[str], sentences: list[str], contexts: list[str]) -> list[float | None]:
+        return [self._score_one(e, s, c) for e, s, c in zip(evidence, sentences, contexts)]

@@ -241,12 +241,30 @@ class VerifierConfig:
     """The step verifier that FSPO uses to label reasoning sentences."""
 
     name: str = "lexical"
-    """lexical (offline default) | embedding | nli | hhem | llm."""
+    """lexical (offline default) | embedding | likelihood | nli | hhem | llm. docs/verifiers.md compares them."""
     threshold: float = 0.5
     """A sentence is factual iff P(supported) > threshold."""
     batch_size: int = 32
+    """(evidence, sentence) pairs per forward pass of a model-based verifier."""
     model: str | None = None
-    """Model id/path for model-based verifiers."""
+    """Model id/path for model-based verifiers; None picks each one's default (embedding: the bundled
+    all-MiniLM-L6-v2, likelihood and llm: the bundled smollm2-135m, nli: cross-encoder/nli-deberta-v3-base,
+    hhem: vectara/hallucination_evaluation_model)."""
+    device: str = "auto"
+    """auto (CUDA when available, else CPU) | cpu | cuda | cuda:1 ..."""
+    trust_remote_code: bool = False
+    """Let a hub model run its own Python code. HHEM needs it; off by default because that code runs on your machine."""
+    max_evidence_tokens: int = 400
+    """Longer evidence is cut (nli, hhem, llm) or split into sentences (embedding) to fit the model."""
+    server_url: str | None = None
+    """llm verifier: base URL of an OpenAI-compatible server (e.g. http://localhost:8000/v1 for vLLM).
+    None runs the judge model locally with transformers."""
+    server_model: str | None = None
+    """llm verifier: the model name the server expects (None: the first one its /models lists)."""
+    api_key_env: str | None = None
+    """llm verifier: name of an environment variable holding the server's API key (vLLM needs none)."""
+    request_timeout: float = 60.0
+    """llm verifier: seconds to wait for one server reply before failing."""
 
 
 @dataclass

@@ -94,6 +94,13 @@ def tiny_model_config(vocab_size: int, **overrides):
     return LlamaConfig(**values)
 
 
+def resolve_device(device: str = "auto") -> torch.device:
+    """'auto' means CUDA when available, else CPU; anything else is passed to torch.device."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
 def load_tokenizer(name: str, trust_remote_code: bool = False):
     """The tokenizer for a model name (the tiny model shares SmolLM2's), left-padded for generation."""
     from transformers import AutoTokenizer

@@ -108,7 +108,7 @@ def verify_sentences(
     get no verdicts, so their tokens keep mask 0 as in the FSPO reference.
     """
     verdicts = [SentenceVerdicts() for _ in texts]
-    pairs_evidence, pairs_sentence, owners = [], [], []
+    pairs_evidence, pairs_sentence, pairs_question, owners = [], [], [], []
     for index, (example, text) in enumerate(zip(examples, texts)):
         if example.task == "math" or not example.evidence:
             continue
@@ -118,9 +118,10 @@ def verify_sentences(
             verdicts[index].spans.append(span)
             pairs_evidence.append(example.evidence)
             pairs_sentence.append(text[span[0] : span[1]])
+            pairs_question.append(example.question)
             owners.append(index)
     if owners:
-        probabilities = verifier.score(pairs_evidence, pairs_sentence)
+        probabilities = verifier.score(pairs_evidence, pairs_sentence, pairs_question)
         for owner, probability in zip(owners, probabilities):
             verdicts[owner].probabilities.append(probability)
     for verdict in verdicts:

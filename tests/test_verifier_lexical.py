@@ -44,3 +44,33 @@ def test_factory():
     assert isinstance(build_verifier(VerifierConfig(name="lexical")), LexicalVerifier)
     with pytest.raises(ValueError, match="available"):
         build_verifier(VerifierConfig(name="oracle"))
+
+
+def test_possessives_match_the_plain_name():
+    evidence = "Titan is the largest moon of Saturn."
+    assert LexicalVerifier().score([evidence], ["Titan is Saturn's largest moon."])[0] > 0.5
+    assert LexicalVerifier().score([evidence], ["Titan is Jupiter's largest moon."])[0] < 0.5
+
+
+def test_question_context_is_not_claim_content():
+    verifier = LexicalVerifier()
+    question = "What is the chemical symbol of gold?"
+    restated, answered, wrong = verifier.score(
+        [EVIDENCE] * 3,
+        ["The chemical symbol of gold.", "The chemical symbol of gold is Au.", "The chemical symbol of gold is Ag."],
+        [question] * 3,
+    )
+    assert restated is None  # restating the question claims nothing
+    assert answered == 1.0 and wrong == 0.0  # judged only on what the sentence adds
+    # without the context, the question's words (all in the evidence) dilute the wrong answer
+    assert verifier.score([EVIDENCE], ["The chemical symbol of gold is Ag."])[0] > 0.0
+
+
+def test_context_is_part_of_the_cache_key_and_length_checked():
+    verifier = LexicalVerifier()
+    sentence = ["Gold has the symbol Au."]
+    verifier.score([EVIDENCE], sentence)
+    verifier.score([EVIDENCE], sentence, ["What is gold's symbol?"])
+    assert verifier.cache_misses == 2
+    with pytest.raises(ValueError, match="contexts"):
+        verifier.score([EVIDENCE], sentence, [])

@@ -1,11 +1,34 @@
-"""Step verifiers behind one interface (see base.Verifier) and a factory from the config."""
+"""Step verifiers behind one interface (see base.Verifier) and a factory from the config.
+
+| name      | what it reads                          | needs                               |
+|-----------|----------------------------------------|-------------------------------------|
+| lexical   | numbers, names, words found in evidence| nothing (offline default)           |
+| embedding | max cosine to an evidence sentence     | the bundled all-MiniLM-L6-v2 (offline) |
+| likelihood| how much the evidence raises an LM's log-probs of the sentence | the bundled SmolLM2 (offline) |
+| nli       | an NLI cross-encoder's P(entailment)   | a hub model or local folder         |
+| hhem      | Vectara HHEM-2.1 (the FSPO paper's)    | the hub and trust_remote_code=True  |
+| llm       | a chat model's P(Yes) as a judge       | a local model or an OpenAI-compatible server |
+"""
 
 from __future__ import annotations
 
 from .base import Verifier, labels_from_scores, pair_key
+from .embedding import EmbeddingVerifier
 from .lexical import LexicalVerifier
+from .likelihood import LikelihoodVerifier
+from .llm_judge import LLMJudgeVerifier
+from .nli import CrossEncoderVerifier, HHEMVerifier
 
-VERIFIERS = {"lexical": LexicalVerifier}
+VERIFIERS = {
+    "lexical": LexicalVerifier,
+    "embedding": EmbeddingVerifier,
+    "likelihood": LikelihoodVerifier,
+    "nli": CrossEncoderVerifier,
+    "hhem": HHEMVerifier,
+    "llm": LLMJudgeVerifier,
+}
+OFFLINE_VERIFIERS = ("lexical", "embedding", "likelihood", "llm")
+"""Verifiers that work with no network (likelihood and llm with their default, the bundled SmolLM2)."""
 
 
 def build_verifier(config) -> Verifier:
@@ -14,7 +37,11 @@ def build_verifier(config) -> Verifier:
         cls = VERIFIERS[config.name]
     except KeyError:
         raise ValueError(f"unknown verifier {config.name!r}; available: {', '.join(sorted(VERIFIERS))}") from None
-    return cls()
+    return cls.from_config(config) if hasattr(cls, "from_config") else cls()
 
 
-__all__ = ["Verifier", "LexicalVerifier", "build_verifier", "labels_from_scores", "pair_key", "VERIFIERS"]
+__all__ = [
+    "Verifier", "LexicalVerifier", "EmbeddingVerifier", "CrossEncoderVerifier", "HHEMVerifier", "LLMJudgeVerifier",
+    "LikelihoodVerifier",
+    "build_verifier", "labels_from_scores", "pair_key", "VERIFIERS", "OFFLINE_VERIFIERS",
+]

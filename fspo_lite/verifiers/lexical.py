@@ -5,6 +5,10 @@ appears in the evidence. Numbers and names weigh more than ordinary words, and a
 name that the evidence does not contain pulls the score down hard: those are the typical
 hallucinations of a small model ("born in 1887", "the capital is Sydney"). A sentence with no
 content at all ("Let me think about this.") is not checkable and gets None.
+
+With a context (the question), words the sentence shares with the question are not counted: a
+sentence that restates the question claims nothing, and a claim is judged by what it adds.
+On HaluEval-QA this is what separates a right answer from a hallucinated one (docs/verifiers.md).
 """
 
 from __future__ import annotations
@@ -34,6 +38,14 @@ def _stem(word: str) -> str:
     return word
 
 
+def _key(token: str) -> str:
+    """Lowercase, drop a possessive ("Saturn's" -> "saturn"), then stem."""
+    lower = token.lower()
+    if lower.endswith(("'s", "’s")):
+        lower = lower[:-2]
+    return _stem(lower)
+
+
 def _numbers(text: str) -> set[str]:
     return {n.replace(",", "") for n in _NUMBER_RE.findall(text)}
 
@@ -49,15 +61,15 @@ def content_units(sentence: str) -> tuple[set[str], set[str], set[str]]:
             continue
         # a capitalised word is a name unless it merely starts the sentence
         if token[0].isupper() and (index > 0 or not token.istitle()):
-            names.add(_stem(lower))
+            names.add(_key(token))
         elif len(lower) > 2:
-            words.add(_stem(lower))
+            words.add(_key(token))
     return numbers, names, words
 
 
 @lru_cache(maxsize=4096)
 def _evidence_index(evidence: str) -> tuple[frozenset[str], frozenset[str]]:
-    words = frozenset(_stem(m.group(0).lower()) for m in _WORD_RE.finditer(evidence))
+    words = frozenset(_key(m.group(0)) for m in _WORD_RE.finditer(evidence))
     return words, frozenset(_numbers(evidence))
 
 
@@ -65,6 +77,7 @@ class LexicalVerifier(Verifier):
     """Weighted recall of a sentence's numbers, names and content words in the evidence."""
 
     name = "lexical"
+    uses_context = True
 
     def __init__(self, number_weight: float = 3.0, name_weight: float = 2.0, word_weight: float = 1.0,
                  missing_key_penalty: float = 0.5, **kwargs):
@@ -74,9 +87,13 @@ class LexicalVerifier(Verifier):
         self.word_weight = word_weight
         self.missing_key_penalty = missing_key_penalty
 
-    def _score_one(self, evidence: str, sentence: str) -> float | None:
+    def _score_one(self, evidence: str, sentence: str, context: str = "") -> float | None:
         numbers, names, words = content_units(sentence)
-        if not (numbers or names or len(words) >= 2):
+        if context:  # only what the sentence adds beyond the question is a claim
+            given_numbers, given_names, given_words = content_units(context)
+            given = given_names | given_words
+            numbers, names, words = numbers - given_numbers, names - given, words - given
+        if not (numbers or names or len(words) >= (1 if context else 2)):
             return None
         evidence_words, evidence_numbers = _evidence_index(evidence)
         found_numbers = {n for n in numbers if n in evidence_numbers}
@@ -89,5 +106,5 @@ class LexicalVerifier(Verifier):
         missing_keys = (len(numbers) - len(found_numbers)) + (len(names) - len(found_names))
         return score * (self.missing_key_penalty ** missing_keys)
 
-    def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:
-        return [self._score_one(e, s) for e, s in zip(evidence, sentences)]
+    def _score(self, evidence: list[str], sentences: list[str], contexts: list[str]) -> list[float | None]:
+        return [self._score_one(e, s, c) for e, s, c in zip(evidence, sentences, contexts)]

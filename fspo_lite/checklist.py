@@ -28,11 +28,12 @@ def build_checklist_file(config, samples: int | None = None, output: str | None 
                 "dedup_overlap": klcf.dedup_overlap}
     examples = training_questions(config)
     cache = QuestionCache(output, CHECKLIST_KIND, settings)
-    extractor, verifier = build_claim_extractor(config.reward.claim_extractor), build_verifier(config.verifier)
+    extractor = build_claim_extractor(config.reward.claim_extractor, config.verifier)
+    verifier = build_verifier(config.verifier)
 
     def checklist_of(example, texts):
         facts = build_checklist(texts, example.evidence, extractor, verifier, klcf.checklist_threshold,
-                                klcf.dedup_overlap)
+                                klcf.dedup_overlap, example.question)
         return {"checklist": facts, "responses": texts}
 
     if any(e.id not in cache.questions for e in examples):

@@ -124,7 +124,8 @@ class RewardConfig:
     """FSPO option: add lambda * step score (mean of +1/-1 over verified sentences) to the reward.
     0 is the published behaviour (the step score is only logged)."""
     claim_extractor: str = "rules"
-    """How RLFH and KLCF split sentences into atomic statements: rules (offline, fspo_lite.claims)."""
+    """How RLFH and KLCF split sentences into atomic statements: rules (offline clause splitting) | llm (a chat
+    model named by verifier.model / verifier.server_url, as for the llm verifier; fspo_lite.claims)."""
 
 
 @dataclass

@@ -128,10 +128,11 @@ def compute_playground(item: PlaygroundItem, tokenizer, method: str = "fspo", se
     verifier = verifier if verifier is not None else build_verifier(config.verifier)
     checklists = None
     if parse_method(method).source == "klcf":
-        extractor = build_claim_extractor(config.reward.claim_extractor)
+        extractor = build_claim_extractor(config.reward.claim_extractor, config.verifier)
         responses = [item.response_prefix + c for c in item.completions]
         checklists = {item.example.id: build_checklist(responses, item.example.evidence, extractor, verifier,
-                                                       config.klcf.checklist_threshold, config.klcf.dedup_overlap)}
+                                                       config.klcf.checklist_threshold, config.klcf.dedup_overlap,
+                                                       item.example.question)}
     judges = build_judges(config, checklists=checklists)
     rollout = rollout_from_texts(tokenizer, item.completions)
     scored = score_rollouts([item.example] * len(item.completions), rollout, tokenizer, config, verifier,

@@ -205,10 +205,10 @@ def build_judges(config, checklists: dict[str, list[str]] | None = None) -> Judg
     """The claim extractor, informativeness scorer, checklists and reward model that config.reward.method uses."""
     source = parse_method(config.reward.method).source
     if source == "rlfh":
-        return Judges(build_claim_extractor(config.reward.claim_extractor),
+        return Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
                       RuleBasedInformativeness(config.rlfh.crucial_overlap))
     if source == "klcf":
-        return Judges(build_claim_extractor(config.reward.claim_extractor),
+        return Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
                       checklists=checklists if checklists is not None else load_checklists(config.klcf.checklist_path),
                       reward_model=build_reward_model(config.klcf.reward_model))
     return Judges()
@@ -278,8 +278,8 @@ def _klcf_rewards(examples, texts, outcomes, config, verifier, judges):
     """KLCF recall/precision (+ reward model) rewards (methods.klcf); malformed responses get the format penalty."""
     klcf = config.klcf
     checklists = [judges.checklists.get(e.id, []) for e in examples]
-    scores = klcf_scores(texts, checklists, [e.evidence for e in examples], judges.extractor, verifier,
-                         klcf.match_threshold)
+    scores = klcf_scores(texts, checklists, [e.evidence for e in examples], [e.question for e in examples],
+                         judges.extractor, verifier, klcf.match_threshold)
     rm_scores = (judges.reward_model.score([e.question for e in examples], texts) if judges.reward_model
                  else [0.0] * len(texts))
     rewards = [

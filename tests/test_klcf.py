@@ -54,6 +54,26 @@ def test_dedupe_by_content_word_overlap():
     assert dedupe_claims(claims, overlap=0.7) == ["Gold has the symbol Au", "Gold has atomic number 79"]
 
 
+class ContextRecorder(Verifier):
+    uses_context = True
+
+    def __init__(self):
+        super().__init__()
+        self.contexts = []
+
+    def _score(self, evidence, sentences, context):
+        self.contexts += context
+        return [0.9] * len(sentences)
+
+
+def test_the_question_is_passed_as_context():
+    recorder = ContextRecorder()
+    texts = ["<think>Gold has the symbol Au.</think><answer>Au</answer>"]
+    build_checklist(texts, EVIDENCE, RuleBasedClaimExtractor(), recorder, question="Symbol of gold?")
+    klcf_scores(texts, [["Gold is a soft metal"]], [EVIDENCE], ["Which metal?"], RuleBasedClaimExtractor(), recorder)
+    assert recorder.contexts == ["Symbol of gold?", "Which metal?", "Which metal?"]
+
+
 def test_build_checklist_keeps_supported_unique_claims():
     responses = ["<think>Gold has the symbol Au, and gold has atomic number 80.</think><answer>Au</answer>",
                  "<think>The symbol of gold is Au; gold is a soft metal.</think><answer>Au</answer>"]
@@ -67,7 +87,8 @@ def test_klcf_scores_use_the_response_as_evidence_for_recall():
     checklists = [["Gold has the symbol Au", "Gold is a soft metal"]] * 2
     table = {(texts[0], "Gold has the symbol Au"): 0.9, (texts[0], "Gold is a soft metal"): 0.1,
              (EVIDENCE, "Gold has the symbol Au"): 0.8}
-    scores = klcf_scores(texts, checklists, [EVIDENCE] * 2, RuleBasedClaimExtractor(), TableVerifier(table), 0.5)
+    scores = klcf_scores(texts, checklists, [EVIDENCE] * 2, ["Symbol of gold?"] * 2, RuleBasedClaimExtractor(),
+                         TableVerifier(table), 0.5)
     assert scores == [(0.5, 0.8, 1), (0.0, 0.0, 0)]
 
 

@@ -98,3 +98,14 @@ def test_klcf_without_checklist_fails_before_training(tmp_path, tiny_policy):
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", "reward.method=klcf"])
     with pytest.raises(FileNotFoundError, match="klcf-checklist"):
         Trainer(config, tiny_policy[0], tiny_policy[1], EXAMPLES, progress=False)
+
+
+def test_claim_extractor_choices():
+    from fspo_lite.claims import LLMClaimExtractor, RuleBasedClaimExtractor, build_claim_extractor
+    from fspo_lite.config import VerifierConfig
+
+    assert isinstance(build_claim_extractor("rules"), RuleBasedClaimExtractor)
+    server = VerifierConfig(server_url="http://127.0.0.1:9/v1", server_model="judge")  # nothing is requested yet
+    assert isinstance(build_claim_extractor("llm", server), LLMClaimExtractor)
+    with pytest.raises(ValueError, match="llm, rules"):
+        build_claim_extractor("magic")

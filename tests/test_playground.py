@@ -31,8 +31,8 @@ def test_fspo_view_matches_the_trainer_math(smol_tokenizer):
 
 def test_sliders_change_the_view(smol_tokenizer):
     default = playground.compute_playground(ITEM, smol_tokenizer, "fspo")
-    # lexical support of "Gold has atomic number 12." is 0.25: supported once the threshold is below it
-    lenient = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"verifier.threshold": 0.2})
+    # lexical support of "Gold has atomic number 12." (beyond the question) is 0.2: supported below that
+    lenient = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"verifier.threshold": 0.15})
     assert (default.details[1]["sentence_labels"], lenient.details[1]["sentence_labels"]) == ([-1, -1], [1, -1])
     assert min(default.advantages[1]) < 0 < max(lenient.advantages[1])
     shaped = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"reward.step_reward_lambda": 1.0})

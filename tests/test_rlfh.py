@@ -216,3 +216,24 @@ def test_score_rollouts_rlfh_clips_and_adds_final_terms(smol_tokenizer):
     advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
     assert advantages.shape == rollout.completion_ids.shape and not flipped.any()
     assert (advantages[rollout.completion_mask == 0] == 0).all() and advantages.abs().sum() > 0
+
+
+def test_statements_are_judged_beyond_the_question(smol_tokenizer):
+    class Recorder(Verifier):
+        uses_context = True
+
+        def __init__(self):
+            super().__init__()
+            self.contexts = []
+
+        def _score(self, evidence, sentences, context):
+            self.contexts += context
+            return [0.9] * len(sentences)
+
+    recorder = Recorder()
+    rollout = rollout_from_texts(smol_tokenizer, [COMPLETION])
+    view = response_views(smol_tokenizer, rollout.completion_ids, rollout.completion_mask, "<think>")[0]
+    rlfh_feedback([view.text], [view.offsets], [int(rollout.completion_mask.sum())], [EXAMPLE.question],
+                  [EXAMPLE.answers], [EVIDENCE], RuleBasedClaimExtractor(), recorder, RuleBasedInformativeness(),
+                  RLFHConfig())
+    assert recorder.contexts == [EXAMPLE.question] * 2

@@ -55,16 +55,17 @@ def dedupe_claims(claims: Sequence[str], overlap: float = 0.8) -> list[str]:
 
 
 def build_checklist(texts: Sequence[str], evidence: str, extractor: ClaimExtractor, verifier: Verifier,
-                    threshold: float = 0.5, overlap: float = 0.8) -> list[str]:
-    """A question's checklist: claims of its sampled responses with P(supported | evidence) > threshold,
-    de-duplicated. No evidence gives an empty checklist."""
+                    threshold: float = 0.5, overlap: float = 0.8, question: str = "") -> list[str]:
+    """A question's checklist: claims of its sampled responses with P(supported | evidence) > threshold
+    (judged beyond the question, which goes to the verifier as context), de-duplicated. No evidence gives
+    an empty checklist."""
     if not evidence:
         return []
     _, statements = extract_statements(texts, extractor)
     claims = [s.text for response in statements for s in response]
     if not claims:
         return []
-    probabilities = verifier.score([evidence] * len(claims), claims)
+    probabilities = verifier.score([evidence] * len(claims), claims, [question] * len(claims))
     return dedupe_claims([c for c, p in zip(claims, probabilities) if p is not None and p > threshold], overlap)
 
 
@@ -88,14 +89,17 @@ def klcf_reward(recall: float, precision: float, config, reward_model_score: flo
 
 
 def klcf_scores(texts: Sequence[str], checklists: Sequence[Sequence[str]], evidence: Sequence[str],
-                extractor: ClaimExtractor, verifier: Verifier, match_threshold: float = 0.5
+                questions: Sequence[str], extractor: ClaimExtractor, verifier: Verifier, match_threshold: float = 0.5
                 ) -> list[tuple[float, float, int]]:
-    """(recall, precision, number of claims) per response, with one matcher and one verifier call per batch."""
+    """(recall, precision, number of claims) per response, with one matcher and one verifier call per batch.
+    Both calls pass the question as context, so a fact or claim is judged on what it adds beyond it."""
     match_pairs = [(i, fact) for i, facts in enumerate(checklists) for fact in facts]
-    matches = verifier.score([texts[i] for i, _ in match_pairs], [f for _, f in match_pairs]) if match_pairs else []
+    matches = verifier.score([texts[i] for i, _ in match_pairs], [f for _, f in match_pairs],
+                             [questions[i] for i, _ in match_pairs]) if match_pairs else []
     _, statements = extract_statements(texts, extractor)
     claim_pairs = [(i, s.text) for i, response in enumerate(statements) if evidence[i] for s in response]
-    supports = verifier.score([evidence[i] for i, _ in claim_pairs], [c for _, c in claim_pairs]) if claim_pairs else []
+    supports = verifier.score([evidence[i] for i, _ in claim_pairs], [c for _, c in claim_pairs],
+                              [questions[i] for i, _ in claim_pairs]) if claim_pairs else []
     matched: list[list[float | None]] = [[] for _ in texts]
     supported: list[list[float | None]] = [[] for _ in texts]
     for (i, _), p in zip(match_pairs, matches):

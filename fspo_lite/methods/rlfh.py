@@ -175,11 +175,13 @@ def rlfh_feedback(
 ) -> list[ResponseFeedback]:
     """Statement feedback and token rewards for a batch of responses (one extractor and one verifier call).
 
-    Responses whose example has no evidence get no statement rewards (nothing to check against).
+    Responses whose example has no evidence get no statement rewards (nothing to check against). The
+    question goes to the verifier as context: a statement is judged on what it adds beyond the question.
     """
     all_sentences, all_statements = extract_statements(texts, extractor)
     pairs = [(i, s) for i, statements in enumerate(all_statements) if evidence[i] for s in statements]
-    probabilities = verifier.score([evidence[i] for i, _ in pairs], [s.text for _, s in pairs]) if pairs else []
+    probabilities = verifier.score([evidence[i] for i, _ in pairs], [s.text for _, s in pairs],
+                                   [questions[i] for i, _ in pairs]) if pairs else []
     by_response: dict[int, list[float | None]] = {}
     for (i, _), p in zip(pairs, probabilities):
         by_response.setdefault(i, []).append(p)

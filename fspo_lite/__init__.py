@@ -10,8 +10,10 @@ from .algos import (
     fspo_flip,
     group_advantages,
     kl_k3,
+    reward_to_go,
     step_score,
     token_advantages,
+    token_reward_advantages,
 )
 from .config import Config, load_config
 from .data import QAExample, load_examples
@@ -24,5 +26,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Config", "QAExample", "aggregate_loss", "clipped_surrogate", "extract_answer", "fspo_flip",
     "group_advantages", "hotpot_em_f1", "is_unknown", "kl_k3", "load_config", "load_examples",
-    "load_policy", "math_answers_equal", "parse_response", "sentence_spans", "step_score", "token_advantages",
+    "load_policy", "math_answers_equal", "parse_response", "reward_to_go", "sentence_spans", "step_score",
+    "token_advantages", "token_reward_advantages",
 ]

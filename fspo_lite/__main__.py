@@ -29,6 +29,60 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _command_line() -> str:
+    """The command as typed, recorded next to the results it produced."""
+    import shlex
+
+    return "python -m fspo_lite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def cmd_filter(args) -> int:
+    from .config import load_config
+    from .filtering import plot_filter, run_filter
+
+    config = load_config(args.config, args.overrides)
+    band = [float(x) for x in args.band.split(",")] if args.band else None
+    result = run_filter(config, args.samples, args.top, band, args.output, command=_command_line())
+    print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
+          f"train on them with --set data.filter_path={result.path}")
+    if args.figure:
+        title = (f"{config.model.name}, {len(result.stats)} questions x {args.samples or config.filter.samples}: "
+                 f"kept {result.kept_share:.0%}")
+        print(f"figure: {plot_filter(result, args.figure, title)}")
+    return 0
+
+
+def cmd_sweep_prompts(args) -> int:
+    from .config import load_config
+    from .prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
+
+    config = load_config(args.config, args.overrides)
+    results = run_sweep(config, load_prompts(args.prompts), args.samples, args.data, args.cache_dir)
+    settings = {"command": _command_line(), "data": args.data or config.data.train, "limit": config.data.limit,
+                "samples": args.samples, "model": config.model.name, "temperature": config.rollout.temperature}
+    print(f"{'prompt':<16}{'correct':>9}{'unknown':>9}{'wrong':>9}{'format':>9}  frontier")
+    for r in results:
+        print(f"{r.name:<16}{r.correct_rate:>9.3f}{r.not_attempted_rate:>9.3f}{r.wrong_rate:>9.3f}"
+              f"{r.format_rate:>9.3f}  {'*' if r.on_frontier else ''}")
+    print(f"results: {save_sweep(results, args.results, settings)}")
+    title = (f"{config.model.name} on {settings['data'].split('/')[-1]}: {results[0].answers} answers per prompt"
+             if results else "")
+    print(f"figure: {plot_frontier(results, args.figure, title)}")
+    return 0
+
+
+def cmd_klcf_checklist(args) -> int:
+    from .checklist import build_checklist_file
+    from .config import load_config
+
+    config = load_config(args.config, args.overrides)
+    path, checklists = build_checklist_file(config, args.samples, args.output, command=_command_line())
+    facts = [len(c) for c in checklists.values()]
+    print(f"{len(facts)} questions, {sum(facts)} checklist facts ({sum(facts) / max(len(facts), 1):.2f} per question, "
+          f"{sum(1 for f in facts if not f)} empty); train with --set klcf.checklist_path={path}")
+    return 0
+
+
 def cmd_verifiers_benchmark(args) -> int:
     from .config import load_config
     from .verifiers.cli import benchmark_command
@@ -50,6 +104,35 @@ def main(argv: list[str] | None = None) -> int:
     train = commands.add_parser("train", help="train a policy with GRPO/FSPO and friends")
     _add_config_arguments(train)
     train.set_defaults(run=cmd_train)
+
+    filter_ = commands.add_parser("filter", help="difficulty filter: sample each training question k times, keep "
+                                  "the ones with varied outcomes")
+    _add_config_arguments(filter_)
+    filter_.add_argument("--samples", type=int, help="k samples per question (default: filter.samples = 16)")
+    choice = filter_.add_mutually_exclusive_group()
+    choice.add_argument("--top", type=int, help="keep the N most varied questions (default: filter.top)")
+    choice.add_argument("--band", help="keep success rates in LOW,HIGH, e.g. 0.2,0.8 (default: filter.band)")
+    filter_.add_argument("--output", help="the cache / kept-ids file (default: filter.output)")
+    filter_.add_argument("--figure", help="save a histogram of success rates here (e.g. figures/filter.png)")
+    filter_.set_defaults(run=cmd_filter)
+
+    sweep = commands.add_parser("sweep-prompts", help="evaluate system prompts and plot correct vs not attempted")
+    _add_config_arguments(sweep)
+    sweep.add_argument("--prompts", default="builtin", help="'builtin' (cautious to bold) or a .json/.txt file")
+    sweep.add_argument("--samples", type=int, default=4, help="answers sampled per question and prompt")
+    sweep.add_argument("--data", help="questions to use (default: data.train; data.limit applies)")
+    sweep.add_argument("--results", default="results/prompt_sweep.json", help="where the numbers go")
+    sweep.add_argument("--figure", default="figures/prompt_frontier.png", help="where the plot goes")
+    sweep.add_argument("--cache-dir", default="results/prompt_sweep", help="per-prompt answer caches")
+    sweep.set_defaults(run=cmd_sweep_prompts)
+
+    checklist = commands.add_parser("klcf-checklist", help="build the KLCF checklists from base-model samples")
+    _add_config_arguments(checklist)
+    checklist.add_argument("--samples", type=int, help="responses per question (default: klcf.checklist_samples)")
+    checklist.add_argument("--output", help="checklist file (default: klcf.checklist_path or "
+                           "results/klcf_checklist.json)")
+    checklist.set_defaults(run=cmd_klcf_checklist)
+
     verifiers = commands.add_parser("verifiers", help="measure the step verifiers").add_subparsers(
         dest="verifiers_command", required=True)
     benchmark = verifiers.add_parser(

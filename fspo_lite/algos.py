@@ -1,4 +1,5 @@
-"""The math of GRPO and FSPO as pure tensor functions (docs: ../shared/docs/ALGORITHMS.md, sections 1-2).
+"""The math of GRPO, FSPO and token-reward advantages as pure tensor functions (docs: ../shared/docs/ALGORITHMS.md,
+sections 1, 2 and 4).
 
 Nothing here touches a model: every function maps tensors to tensors, so each formula can be
 checked by hand. Shapes: B responses, T completion tokens; `mask` is 1 on real completion tokens.
@@ -149,3 +150,34 @@ def token_advantages(
         return advantages, torch.zeros_like(advantages, dtype=torch.bool)
     flipped = fspo_flip(advantages, sentence_mask.to(advantages.dtype))
     return flipped, flipped != advantages
+
+
+def reward_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) undiscounted returns G_t = sum over t' >= t of r_t' (gamma = 1), over real tokens only."""
+    rewards = token_rewards * mask.to(token_rewards.dtype)
+    return rewards.flip(-1).cumsum(-1).flip(-1) * mask.to(token_rewards.dtype)
+
+
+def token_reward_advantages(
+    token_rewards: torch.Tensor, mask: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """(B, T) advantages from per-token rewards (RLFH in a GRPO-family trainer, ALGORITHMS section 4).
+
+    Each token's reward-to-go is normalised over the group: (G_t - mean) / (std + eps), where the mean
+    and the sample std run over every real token of the group's G responses (no critic, as in GRPO).
+    With scale_by_std=False only the mean is subtracted. Padding tokens get 0.
+    """
+    if token_rewards.shape != mask.shape or token_rewards.shape[0] % group_size != 0:
+        raise ValueError(f"token_rewards {tuple(token_rewards.shape)} and mask {tuple(mask.shape)} must match, "
+                         f"with a multiple of group_size={group_size} rows")
+    mask = mask.to(token_rewards.dtype)
+    returns = reward_to_go(token_rewards, mask)
+    grouped_returns = returns.view(-1, group_size * returns.shape[1])
+    grouped_mask = mask.view(-1, group_size * mask.shape[1])
+    counts = grouped_mask.sum(dim=1, keepdim=True)
+    mean = (grouped_returns * grouped_mask).sum(dim=1, keepdim=True) / counts.clamp(min=1.0)
+    centred = (grouped_returns - mean) * grouped_mask
+    if scale_by_std:
+        variance = (centred**2).sum(dim=1, keepdim=True) / (counts - 1).clamp(min=1.0)
+        centred = centred / (variance.sqrt() + eps)
+    return centred.view_as(returns)

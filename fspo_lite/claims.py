@@ -34,7 +34,8 @@ class ClaimExtractor:
         raise NotImplementedError
 
 
-def _content_words(text: str) -> list[str]:
+def content_words(text: str) -> list[str]:
+    """The lowercased words of `text` that are not stopwords."""
     return [w.lower() for w in _WORD.findall(text) if w.lower() not in STOPWORDS]
 
 
@@ -51,7 +52,7 @@ class RuleBasedClaimExtractor(ClaimExtractor):
         result = []
         for sentence in sentences:
             clauses = [c.strip(" ,.;:!?") for c in _CLAUSE_SPLIT.split(sentence or "")]
-            result.append([c for c in clauses if len(_content_words(c)) >= self.min_content_words])
+            result.append([c for c in clauses if len(content_words(c)) >= self.min_content_words])
         return result
 
 
@@ -62,7 +63,7 @@ def locate_claim(claim: str, text: str, span: tuple[int, int]) -> int | None:
     claim's content words: the point by which the statement has been fully said.
     """
     start, end = span
-    wanted = set(_content_words(claim))
+    wanted = set(content_words(claim))
     if not wanted:
         return None
     found = None
@@ -172,7 +173,7 @@ def parse_claims(reply: str | None) -> list[str] | None:
     for item in items:
         claim = item.strip().strip("\"'`").strip()
         key = claim.lower().rstrip(" .;")
-        if key.endswith(":") or len(_content_words(claim)) < 2 or key in seen:
+        if key.endswith(":") or len(content_words(claim)) < 2 or key in seen:
             continue  # a heading ("Here are the facts:"), a fragment, or a repeat
         seen.add(key)
         claims.append(claim)
@@ -215,3 +216,18 @@ class LLMClaimExtractor(ClaimExtractor):
         self.fallbacks += len(failed)
         self.sentences_seen += len(asked)
         return result
+
+
+def build_claim_extractor(name: str = "rules", verifier_config=None) -> ClaimExtractor:
+    """The extractor named by reward.claim_extractor: rules, or llm (the chat model that the verifier
+    section's model / server_url settings name, as for the llm verifier; rules on unusable replies)."""
+    if name == "rules":
+        return RuleBasedClaimExtractor()
+    if name == "llm":
+        from .llm import build_chat_model
+
+        v = verifier_config
+        chat = build_chat_model() if v is None else build_chat_model(
+            v.model, v.server_url, v.server_model, v.api_key_env, v.request_timeout, v.device, v.trust_remote_code)
+        return LLMClaimExtractor(chat)
+    raise ValueError(f"unknown claim extractor {name!r}; available: llm, rules")

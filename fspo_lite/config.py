@@ -111,7 +111,8 @@ class RewardConfig:
     """How responses are scored and turned into advantages."""
 
     method: str = "fspo"
-    """grpo | fspo | caution | rlfh | klcf."""
+    """The reward source, optionally joined with '+fspo' for FSPO's sentence-wise advantage flip:
+    grpo | fspo (= grpo+fspo) | caution | caution+fspo | rlfh | klcf | klcf+fspo (docs/methods.md)."""
     answer_metric: str = "auto"
     """auto (F1 for QA, exact equivalence for math) | f1 | em."""
     format_penalty: float = -2.0
@@ -122,6 +123,118 @@ class RewardConfig:
     step_reward_lambda: float = 0.0
     """FSPO option: add lambda * step score (mean of +1/-1 over verified sentences) to the reward.
     0 is the published behaviour (the step score is only logged)."""
+    claim_extractor: str = "rules"
+    """How RLFH and KLCF split sentences into atomic statements: rules (offline clause splitting) | llm (a chat
+    model named by verifier.model / verifier.server_url, as for the llm verifier; fspo_lite.claims)."""
+
+
+@dataclass
+class CautionConfig:
+    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; ALGORITHMS section 3)."""
+
+    variant: str = "both"
+    """both (the seed's group-aware table) | fact (correctness only) | caution (only "Unknown" when no sample
+    of the group is correct) | fact_then_caution (fact before switch_step, caution from it on)."""
+    switch_step: int | None = None
+    """fact_then_caution: the first step (0-based) of the caution phase; None means half of train.steps."""
+    correct_reward: float = 1.0
+    """Reward of a correct answer (exact match after normalisation, or math equivalence)."""
+    process_reward: float = 0.5
+    """Reward of a "process correct" answer (see process_f1 and process_in_reasoning) in a group with a correct one."""
+    unknown_reward: float = 1.0
+    """Reward of "Unknown" (fspo_lite.text.is_unknown) when no response of the group is correct."""
+    process_f1: float = 0.5
+    """A wrong, attempted answer is process correct when its token F1 with a gold answer is at least this ..."""
+    process_in_reasoning: bool = True
+    """... or when a gold answer appears as whole words in the reasoning (right reasoning, wrong final form)."""
+
+
+@dataclass
+class RLFHConfig:
+    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; ALGORITHMS section 4)."""
+
+    granularity: str = "token"
+    """token (each statement at its last word, sentence info at the sentence end) | sentence | paragraph."""
+    truth_weight: float = 1.0
+    """w_t in r_truth(s) = w_t * V[label] * |I[info]|."""
+    info_weight: float = 1.2
+    """w_i in r_info(S) = w_i * ln(max(-0.9, sum of I over S's statements) + 1)."""
+    truth_correct: float = 0.45
+    """V[Correct]: the statement is supported by the evidence."""
+    truth_hedged_correct: float = 0.35
+    """V[Hedged correct]: supported, but stated with a hedge ("probably", "I think", ...)."""
+    truth_vague: float = -1.0
+    """V[Vague]: the verifier cannot decide (nothing checkable, or support between the two thresholds)."""
+    truth_hedged_wrong: float = -1.5
+    """V[Hedged wrong]: contradicted or unsupported, stated with a hedge."""
+    truth_wrong: float = -1.7
+    """V[Wrong]: contradicted or unsupported by the evidence."""
+    info_answer: float = 1.25
+    """I[5]: the statement answers the question."""
+    info_crucial: float = 1.0
+    """I[4]: crucial for the answer."""
+    info_relevant: float = 0.75
+    """I[3]: relevant to the question."""
+    info_supplementary: float = 0.1
+    """I[2]: supplementary detail."""
+    info_useless: float = -0.2
+    """I[1]: useless for the question."""
+    correct_threshold: float = 0.5
+    """P(supported) above this: Correct (or Hedged correct)."""
+    wrong_threshold: float = 0.2
+    """P(supported) at or below this: Wrong (or Hedged wrong); between the thresholds: Vague."""
+    hedge_words: list[str] = field(default_factory=lambda: [
+        "probably", "possibly", "perhaps", "maybe", "might", "may be", "likely", "could be", "i think",
+        "i believe", "i guess", "not sure", "seems", "appears to",
+    ])
+    """Words or phrases that make a statement hedged (matched as whole words, case-insensitive)."""
+    crucial_overlap: float = 0.5
+    """Rule-based informativeness: a statement sharing at least this share of the question's content words is
+    crucial (4); sharing some is relevant (3); see docs/methods.md."""
+    reward_clip: float = 10.0
+    """Each token's total reward is clipped to [-reward_clip, reward_clip]."""
+    outcome_weight: float = 0.0
+    """Add this times the outcome reward (answer F1) on the final token. 0: the published method (statements only)."""
+
+
+@dataclass
+class KLCFConfig:
+    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; ALGORITHMS section 5)."""
+
+    checklist_path: str | None = None
+    """The checklist file written by `python -m fspo_lite klcf-checklist` (required by reward.method=klcf)."""
+    checklist_samples: int = 4
+    """Base-model responses sampled per training question to build its checklist."""
+    checklist_threshold: float = 0.5
+    """A claim of the base model enters the checklist when the verifier's P(supported | evidence) exceeds this."""
+    dedup_overlap: float = 0.8
+    """Two checklist claims are duplicates when their content-word Jaccard overlap is at least this."""
+    match_threshold: float = 0.5
+    """A checklist fact counts as stated when P(fact | response as evidence) exceeds this."""
+    recall_weight: float = 1.0
+    """Weight of the recall reward (share of checklist facts the response states)."""
+    precision_weight: float = 1.0
+    """Weight of the precision reward (mean P(supported) of the response's own claims)."""
+    reward_model: str | None = None
+    """Optional general reward model (a local sequence-classification model folder); None: off."""
+    reward_model_weight: float = 0.0
+    """Weight of the general reward model's score."""
+    outcome_weight: float = 0.0
+    """Add this times the outcome reward (answer F1). 0: the published method (no gold answers)."""
+
+
+@dataclass
+class FilterConfig:
+    """Difficulty filtering: `python -m fspo_lite filter` (ALGORITHMS section 3)."""
+
+    samples: int = 16
+    """k: base-model answers sampled per training question."""
+    top: int | None = None
+    """Keep the N questions with the most varied outcomes. With neither top nor band: keep 0 < success < 1."""
+    band: list[float] | None = None
+    """Keep questions whose success rate lies in [low, high], e.g. [0.2, 0.8]."""
+    output: str = "results/filter.json"
+    """Where the per-question statistics and kept ids are cached (point data.filter_path at it to train)."""
 
 
 @dataclass
@@ -194,6 +307,10 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    caution: CautionConfig = field(default_factory=CautionConfig)
+    rlfh: RLFHConfig = field(default_factory=RLFHConfig)
+    klcf: KLCFConfig = field(default_factory=KLCFConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 

@@ -25,7 +25,7 @@ from typing import Mapping
 
 import torch
 
-SUMMED_METRICS = ("verified_sentences", "tokens_per_second")
+SUMMED_METRICS = ("verified_sentences", "tokens_per_second", "rlfh_statements", "rlfh_unlocated", "rlfh_unplaced")
 """Metrics that add up over ranks; every other number is averaged."""
 
 

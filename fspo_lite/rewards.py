@@ -1,8 +1,10 @@
-"""From sampled responses to rewards and FSPO sentence masks.
+"""From sampled responses to rewards, FSPO sentence masks and token rewards.
 
 Data flow: rollout -> response views (text + per-token character ranges) -> outcome reward
-per response -> sentence labels from the verifier -> (N, C) sentence mask over completion
-tokens. The trainer turns these into advantages with the pure functions in `algos`.
+per response -> the method's reward (outcome, caution table, RLFH token rewards or KLCF
+recall/precision; fspo_lite.methods) -> sentence labels from the verifier -> (N, C) sentence
+mask over completion tokens. `advantages_from_scores` turns the result into token advantages
+with the pure functions in `algos`.
 """
 
 from __future__ import annotations
@@ -11,10 +13,16 @@ from dataclasses import dataclass, field
 
 import torch
 
+from . import algos
 from .algos import step_score
 from .align import spans_to_token_values, token_char_offsets
+from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
 from .grading import math_answers_equal
+from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
+from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
+from .methods import rlfh
+from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness, rlfh_feedback
 from .text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
 from .verifiers import Verifier, labels_from_scores
 
@@ -146,26 +154,163 @@ class ScoredRollouts:
     """Everything the advantage stage needs, plus metrics and per-response details for logs."""
 
     rewards: torch.Tensor
-    """(N,) scalar reward per response."""
+    """(N,) scalar reward per response (for RLFH: the sum of its token rewards)."""
     sentence_mask: torch.Tensor | None
     """(N, C) FSPO mask (+1/-1/0) or None when the method does not flip advantages."""
     outcomes: list[Outcome]
     verdicts: list[SentenceVerdicts]
     views: list[ResponseView]
     metrics: dict[str, float]
+    token_rewards: torch.Tensor | None = None
+    """(N, C) per-token rewards (RLFH); when set, advantages come from their reward-to-go."""
+    details: list[dict] = field(default_factory=list)
+    """Per-response method details for logs and the playground (caution category, RLFH statements, KLCF scores)."""
 
 
-REWARD_METHODS = ("grpo", "fspo")
+REWARD_SOURCES = ("grpo", "caution", "rlfh", "klcf")
+REWARD_METHODS = ("grpo", "fspo", "caution", "caution+fspo", "rlfh", "klcf", "klcf+fspo")
 
 
-def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifier: Verifier | None) -> ScoredRollouts:
+@dataclass(frozen=True)
+class MethodSpec:
+    """A reward.method string taken apart: where the reward comes from, and whether FSPO flips advantages."""
+
+    source: str
+    flip: bool
+
+
+def parse_method(name: str) -> MethodSpec:
+    """'fspo' -> (grpo, flip), 'caution+fspo' -> (caution, flip), 'rlfh' -> (rlfh, no flip), ..."""
+    parts = {part.strip() for part in str(name).lower().split("+") if part.strip()}
+    sources = sorted(parts - {"fspo"})
+    source = sources[0] if len(sources) == 1 else ("grpo" if not sources else None)
+    flip = "fspo" in parts
+    if not parts or source not in REWARD_SOURCES or (flip and source == "rlfh"):
+        raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
+                         "(rlfh already rewards each statement, so it is not combined with the FSPO flip)")
+    return MethodSpec(source, flip)
+
+
+@dataclass
+class Judges:
+    """What a reward method needs besides the verifier, built once per run (see build_judges)."""
+
+    extractor: ClaimExtractor | None = None
+    informativeness: InformativenessScorer | None = None
+    checklists: dict[str, list[str]] | None = None
+    reward_model: RewardModel | None = None
+
+
+def build_judges(config, checklists: dict[str, list[str]] | None = None) -> Judges:
+    """The claim extractor, informativeness scorer, checklists and reward model that config.reward.method uses."""
+    source = parse_method(config.reward.method).source
+    if source == "rlfh":
+        return Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
+                      RuleBasedInformativeness(config.rlfh.crucial_overlap))
+    if source == "klcf":
+        return Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
+                      checklists=checklists if checklists is not None else load_checklists(config.klcf.checklist_path),
+                      reward_model=build_reward_model(config.klcf.reward_model))
+    return Judges()
+
+
+def _caution_rewards(examples, texts, outcomes, config, step):
+    """Group-aware caution rewards (methods.caution) and their metrics."""
+    caution = config.caution
+    categories = [
+        answer_category(o.format_ok, o.correct, o.unknown, o.f1,
+                        caution.process_in_reasoning and contains_answer(_think_text(text), e.answers),
+                        caution.process_f1)
+        for e, text, o in zip(examples, texts, outcomes)
+    ]
+    phase = caution_phase(caution.variant, step, caution.switch_step, config.train.steps)
+    size = config.rollout.group_size
+    rewards = []
+    for start in range(0, len(categories), size):
+        rewards += caution_group_rewards(categories[start : start + size], phase, caution.correct_reward,
+                                         caution.process_reward, caution.unknown_reward, config.reward.format_penalty)
+    metrics = {"process_correct_rate": categories.count(PROCESS) / len(categories), "caution_phase": phase}
+    return torch.tensor(rewards), [{"category": c} for c in categories], metrics
+
+
+def _think_text(text: str) -> str:
+    span = parse_response(text).think_span
+    return text[span[0] : span[1]] if span else ""
+
+
+def _rlfh_rewards(examples, views, outcomes, completion_mask, config, verifier, judges):
+    """RLFH token rewards (methods.rlfh) plus the outcome/format term on the final token, clipped per token."""
+    lengths = [int(n) for n in completion_mask.sum(dim=1).tolist()]
+    feedback = rlfh_feedback(
+        [v.text for v in views], [v.offsets for v in views], lengths, [e.question for e in examples],
+        [e.answers for e in examples], [e.evidence for e in examples], judges.extractor, verifier,
+        judges.informativeness, config.rlfh,
+    )
+    token_rewards = torch.zeros(completion_mask.shape, dtype=torch.float32)
+    for row, (item, outcome, length) in enumerate(zip(feedback, outcomes, lengths)):
+        token_rewards[row, :length] = torch.tensor(item.token_rewards, dtype=torch.float32)
+        if length:
+            final = config.rlfh.outcome_weight * outcome.reward if outcome.format_ok else config.reward.format_penalty
+            token_rewards[row, length - 1] += final
+    clip = config.rlfh.reward_clip
+    token_rewards = token_rewards.clamp(-clip, clip) * completion_mask.to(token_rewards.dtype)
+    labels = [label for item in feedback for label in item.labels]
+    infos = [level for item in feedback for level in item.infos]
+    metrics = {
+        "rlfh_statements": len(labels),
+        "rlfh_unlocated": sum(item.unlocated for item in feedback),
+        "rlfh_unplaced": sum(item.unplaced for item in feedback),
+        "rlfh_correct_share": _share(labels, (rlfh.CORRECT, rlfh.HEDGED_CORRECT)),
+        "rlfh_wrong_share": _share(labels, (rlfh.WRONG, rlfh.HEDGED_WRONG)),
+        "rlfh_info_mean": sum(infos) / len(infos) if infos else float("nan"),
+    }
+    details = [{"statements": [s.text for s in item.statements], "labels": item.labels, "infos": item.infos,
+                "truth_rewards": item.truth_rewards, "info_rewards": item.info_rewards,
+                "unlocated": item.unlocated, "unplaced": item.unplaced} for item in feedback]
+    return token_rewards.sum(dim=1), token_rewards, details, metrics
+
+
+def _share(labels: list[str], wanted: tuple[str, ...]) -> float:
+    return sum(label in wanted for label in labels) / len(labels) if labels else float("nan")
+
+
+def _klcf_rewards(examples, texts, outcomes, config, verifier, judges):
+    """KLCF recall/precision (+ reward model) rewards (methods.klcf); malformed responses get the format penalty."""
+    klcf = config.klcf
+    checklists = [judges.checklists.get(e.id, []) for e in examples]
+    scores = klcf_scores(texts, checklists, [e.evidence for e in examples], [e.question for e in examples],
+                         judges.extractor, verifier, klcf.match_threshold)
+    rm_scores = (judges.reward_model.score([e.question for e in examples], texts) if judges.reward_model
+                 else [0.0] * len(texts))
+    rewards = [
+        klcf_reward(recall, precision, klcf, rm, outcome.reward) if outcome.format_ok else config.reward.format_penalty
+        for (recall, precision, _), rm, outcome in zip(scores, rm_scores, outcomes)
+    ]
+    metrics = {
+        "klcf_recall": sum(s[0] for s in scores) / len(scores),
+        "klcf_precision": sum(s[1] for s in scores) / len(scores),
+        "klcf_claims_per_response": sum(s[2] for s in scores) / len(scores),
+        "klcf_empty_checklist_share": sum(not c for c in checklists) / len(checklists),
+    }
+    if judges.reward_model:
+        metrics["klcf_reward_model"] = sum(rm_scores) / len(rm_scores)
+    details = [{"recall": r, "precision": p, "claims": n, "checklist": c}
+               for (r, p, n), c in zip(scores, checklists)]
+    return torch.tensor(rewards, dtype=torch.float32), details, metrics
+
+
+def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifier: Verifier | None, step: int = 0,
+                   judges: Judges | None = None) -> ScoredRollouts:
     """Grade every response of a rollout under config.reward.method.
 
-    `examples` holds one QAExample per response (each prompt's example repeated G times).
+    `examples` holds one QAExample per response (each prompt's example repeated G times, groups
+    contiguous). `step` drives scheduled rewards (caution.variant=fact_then_caution); `judges` holds
+    the method's claim extractor, checklists and reward model (built from the config when None).
     """
-    method = config.reward.method
-    if method not in REWARD_METHODS:
-        raise ValueError(f"unknown reward.method {method!r}; available: {', '.join(REWARD_METHODS)}")
+    spec = parse_method(config.reward.method)
+    if spec.source in ("rlfh", "klcf") and verifier is None:
+        raise ValueError(f"reward.method={config.reward.method} needs a verifier")
+    judges = judges if judges is not None else build_judges(config)
     views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
     texts = [view.text for view in views]
     outcomes = [
@@ -173,15 +318,23 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
         for example, text in zip(examples, texts)
     ]
     rewards = torch.tensor([o.reward for o in outcomes], dtype=torch.float32)
-    verify = verifier is not None and (method == "fspo" or config.reward.log_step_factuality)
+    token_rewards, details, method_metrics = None, [{} for _ in texts], {}
+    if spec.source == "caution":
+        rewards, details, method_metrics = _caution_rewards(examples, texts, outcomes, config, step)
+    elif spec.source == "rlfh":
+        rewards, token_rewards, details, method_metrics = _rlfh_rewards(
+            examples, views, outcomes, rollout.completion_mask, config, verifier, judges)
+    elif spec.source == "klcf":
+        rewards, details, method_metrics = _klcf_rewards(examples, texts, outcomes, config, verifier, judges)
+    verify = verifier is not None and (spec.flip or config.reward.log_step_factuality)
     verdicts = (
         verify_sentences(examples, texts, verifier, config.verifier.threshold) if verify
         else [SentenceVerdicts() for _ in texts]
     )
     scores = step_scores(verdicts)
-    if method == "fspo" and config.reward.step_reward_lambda:
+    if spec.flip and config.reward.step_reward_lambda:
         rewards = rewards + config.reward.step_reward_lambda * torch.tensor(scores)
-    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if method == "fspo" else None
+    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if spec.flip else None
     factuality, verified = step_factuality(verdicts)
     metrics = {
         "reward_mean": rewards.mean().item(),
@@ -193,5 +346,19 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
         "step_factuality": factuality,
         "verified_sentences": verified,
         "step_score_mean": sum(scores) / len(scores),
+        **method_metrics,
     }
-    return ScoredRollouts(rewards, mask, outcomes, verdicts, views, metrics)
+    return ScoredRollouts(rewards, mask, outcomes, verdicts, views, metrics, token_rewards, details)
+
+
+def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, config) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens.
+
+    Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
+    group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
+    """
+    group_size, scale = config.rollout.group_size, config.train.scale_by_std
+    if scored.token_rewards is not None:
+        advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale)
+        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
+    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale, scored.sentence_mask)

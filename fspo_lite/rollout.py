@@ -141,3 +141,19 @@ def build_rollout_engine(model, tokenizer, config, dist):
         cls = VLLMRollout if engine == "vllm" else VLLMServerRollout
         return cls.from_config(model, tokenizer, config, dist)
     raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")
+
+
+def rollout_from_texts(tokenizer, completions: list[str], num_samples: int | None = None) -> Rollout:
+    """A Rollout holding given completion texts (tokenized, EOS appended), for scoring stored responses.
+
+    The prompt is a one-token placeholder: such a rollout feeds the reward and advantage functions
+    (the playground, tests), not log-probability computations.
+    """
+    rows = [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for text in completions]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(map(len, rows), default=1)
+    completion_ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
+    completion_mask = completion_mask_from_ids(completion_ids, [tokenizer.eos_token_id])
+    prompt = torch.full((len(rows), 1), pad_id, dtype=torch.long)
+    return Rollout(prompt, torch.ones_like(prompt), completion_ids, completion_mask, list(completions),
+                   num_samples or len(rows))

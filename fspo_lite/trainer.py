@@ -1,8 +1,9 @@
-"""The GRPO/FSPO training loop: a thin stateful shell around the pure functions.
+"""The GRPO-family training loop (grpo, fspo, caution, rlfh, klcf): a thin stateful shell around
+the pure functions.
 
 One step: sample questions -> generate G responses each -> rewards and sentence verification
--> token advantages (FSPO flip) -> mu epochs of clipped-surrogate updates -> metrics and,
-now and then, a checkpoint.
+-> token advantages (FSPO flip, or reward-to-go of RLFH token rewards) -> mu epochs of
+clipped-surrogate updates -> metrics and, now and then, a checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
 from .prompts import prompt_text
-from .rewards import score_rollouts
+from .rewards import advantages_from_scores, build_judges, score_rollouts
 from .rollout import Rollout, build_rollout_engine
 from .verifiers import build_verifier
 
@@ -108,6 +109,7 @@ class Trainer:
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
+        self.judges = build_judges(config)
         self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
         optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
@@ -216,11 +218,9 @@ class Trainer:
         rollout = self.rollout(examples)
         generated = time.perf_counter()
         per_response = [e for e in examples for _ in range(config.rollout.group_size)]
-        scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier)
-        advantages, flipped = algos.token_advantages(
-            scored.rewards, rollout.completion_mask, config.rollout.group_size, config.train.scale_by_std,
-            scored.sentence_mask,
-        )
+        scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier,
+                                step=self.step_index, judges=self.judges)
+        advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
         scored_at = time.perf_counter()
         update = self.update(rollout, advantages)
         self.step_index += 1
@@ -258,7 +258,10 @@ class Trainer:
             "tokens": self.tokenizer.convert_ids_to_tokens(ids), "offsets": scored.views[0].offsets,
             "advantage": unflipped.item(), "token_advantages": advantages[0, :length].tolist(),
             "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
+            "method_details": scored.details[0] if scored.details else {},
         }
+        if scored.token_rewards is not None:
+            record["token_rewards"] = scored.token_rewards[0, :length].tolist()
         append_jsonl(self.output_dir / "samples.jsonl", record)
 
     def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):

@@ -64,8 +64,8 @@ class FixedRollout:
 
 
 def _fixed_scores(real):
-    def score(examples, rollout, tokenizer, config, verifier):
-        scored = real(examples, rollout, tokenizer, config, verifier)
+    def score(examples, rollout, tokenizer, config, verifier, **kwargs):
+        scored = real(examples, rollout, tokenizer, config, verifier, **kwargs)
         ids = rollout.completion_ids * rollout.completion_mask
         scored.rewards = (ids.sum(dim=1) % 7).float() / 7.0
         if scored.sentence_mask is not None:

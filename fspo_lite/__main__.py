@@ -98,6 +98,16 @@ def cmd_verifiers_calibrate(args) -> int:
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
 
 
+def cmd_lite(args) -> int:
+    from .experiment import load_profile, run_profile
+
+    profile = load_profile(args.profile)
+    summary = run_profile(profile, args.out, progress=not args.quiet)
+    out = args.out or profile.out
+    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {out}/results/summary.md")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo_lite", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--verifiers", default="embedding,likelihood", help="default: %(default)s")
     calibrate.add_argument("--train-limit", type=int, default=1000, help="HaluEval train rows; default: %(default)s")
     calibrate.set_defaults(run=cmd_verifiers_calibrate)
+
+    lite = commands.add_parser("lite", help="the lite reproduction: notebooks 02-04 under papermill, then the "
+                               "results table (results/summary.md) and figures (figures/lite_*.png)")
+    lite.add_argument("--profile", default="lite", help="lite (about 30 min on 2 CPU cores) | quick (a smoke run, "
+                      "minutes) | a profile YAML file; default: %(default)s")
+    lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
+    lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
+    lite.set_defaults(run=cmd_lite)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -1,0 +1,176 @@
+"""The lite reproduction: the notebook sequence under papermill, and the training/evaluation calls of notebook 03.
+
+A profile (`configs/lite.yaml`, `configs/lite_quick.yaml`) is plain data: where the outputs go and, per
+notebook, the papermill parameters. `run_profile` executes the notebooks in order into
+`<out>/results/notebooks/`, times each one and adds the timings to the summary that notebook 04 writes
+(`<out>/results/summary.json` and `.md`). `python -m fspo_lite lite --profile lite|quick` calls it.
+
+Notebook 03 trains every method x seed with the package's Trainer and scores each trained adapter (and the
+base model) on held-out questions with `heldout_eval`: answer accuracy and F1, the not-attempted rate, the
+k-sample outcome decomposition, and the step-level hallucination rate judged by a verifier other than the
+one used for training.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .config import Config, apply_overrides, load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = {"lite": ROOT / "configs" / "lite.yaml", "quick": ROOT / "configs" / "lite_quick.yaml"}
+
+
+# ---- profiles and the notebook sequence ---------------------------------------------------
+@dataclass
+class Profile:
+    """One lite-job profile: its name, output root and the ordered (notebook, parameters) pairs."""
+
+    name: str
+    out: str
+    notebooks: list[tuple[str, dict[str, Any]]]
+    description: str = ""
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A profile by name ('lite', 'quick') or YAML path; errors name the valid profiles."""
+    path = PROFILES.get(name_or_path, Path(name_or_path))
+    if not path.exists():
+        raise FileNotFoundError(f"no profile {name_or_path!r}: use one of {', '.join(PROFILES)} or a YAML file")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = set(data) - {"description", "out", "notebooks"}
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; valid: description, out, notebooks")
+    notebooks = []
+    for entry in data.get("notebooks") or []:
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ValueError(f"{path}: each notebooks entry needs a name (and optional parameters), got {entry!r}")
+        notebooks.append((entry["name"], dict(entry.get("parameters") or {})))
+    return Profile(path.stem if name_or_path not in PROFILES else name_or_path, str(data.get("out", ".")),
+                   notebooks, data.get("description", ""))
+
+
+def resolve_parameters(parameters: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Replace '{out}' in string values (also inside lists) by the absolute output root."""
+    def fill(value):
+        if isinstance(value, str):
+            return value.replace("{out}", str(out))
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    return {key: fill(value) for key, value in parameters.items()}
+
+
+def run_profile(profile: Profile, out: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    """Execute the profile's notebooks in order (cwd = repository root); returns the summary with timings.
+
+    Executed copies go to `<out>/results/notebooks/`. A failing notebook stops the sequence with papermill's
+    error, which names the cell; its partly executed copy is kept for reading.
+    """
+    import papermill
+
+    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    executed_dir = out / "results" / "notebooks"
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    for name, parameters in profile.notebooks:
+        source = ROOT / "notebooks" / name
+        if not source.exists():
+            raise FileNotFoundError(f"profile {profile.name}: {source} does not exist")
+        begun = time.perf_counter()
+        papermill.execute_notebook(str(source), str(executed_dir / name), parameters=resolve_parameters(parameters, out),
+                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3")
+        timings[name] = round(time.perf_counter() - begun, 1)
+        print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
+    total = round(time.perf_counter() - started, 1)
+    return record_timings(out / "results", profile.name, timings, total)
+
+
+def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float) -> dict[str, Any]:
+    """Add the profile name and wall times to summary.json / summary.md (written by notebook 04)."""
+    summary_path = results_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,
+                      "command": f"python -m fspo_lite lite --profile {profile}"}
+    summary_path.write_text(json.dumps(summary, indent=2))
+    lines = [f"| {name} | {seconds:.0f} |" for name, seconds in timings.items()]
+    markdown = results_dir / "summary.md"
+    text = markdown.read_text() if markdown.exists() else ""
+    text += (f"\n## Wall time (profile `{profile}`)\n\n| notebook | seconds |\n|---|---|\n" + "\n".join(lines)
+             + f"\n| **total** | **{total:.0f}** ({total / 60:.1f} min) |\n")
+    markdown.write_text(text)
+    return summary
+
+
+# ---- notebook 03: train and evaluate --------------------------------------------------------
+def run_config(base: dict[str, Any], method: str, seed: int, runs_dir: str | Path) -> Config:
+    """The Config of one (method, seed) run: the shared dotted settings `base`, then method, seed, output dir."""
+    config = load_config(None, dict(base))
+    return apply_overrides(config, {"reward.method": method, "train.seed": seed,
+                                    "train.output_dir": str(Path(runs_dir) / run_name(method, seed))})
+
+
+def run_name(method: str, seed: int) -> str:
+    return f"{method.replace('+', '_')}_s{seed}"
+
+
+def heldout_eval(model, tokenizer, config: Config, examples, samples: int, judge, seed: int = 1234,
+                 progress: bool = False) -> dict[str, Any]:
+    """Sample `samples` answers per held-out question and grade them.
+
+    Returns metrics (accuracy, answer_f1, not_attempted, format_rate, step_hallucination = share of the
+    judge-verified reasoning sentences that it calls unsupported, judge_coverage = verified share of all
+    reasoning sentences, sentences per response) and per-question outcome lists ("C" correct, "N" not
+    attempted, "W" attempted and wrong) for the k-sample decomposition. Every model sees the same
+    sampling seed. Sentences are judged whether or not the tags are well formed, so a model cannot
+    escape the judge by breaking the format.
+    """
+    from .prompts import prompt_text
+    from .rewards import outcome_reward, verify_sentences
+    from .rollout import TransformersRollout
+
+    engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress)
+    torch.manual_seed(seed)
+    rollout = engine.generate([prompt_text(tokenizer, e, config.data) for e in examples], samples)
+    texts = [config.data.response_prefix + t for t in rollout.texts]
+    per_response = [e for e in examples for _ in range(samples)]
+    outcomes = [outcome_reward(e, t, config.reward.answer_metric, config.reward.format_penalty)
+                for e, t in zip(per_response, texts)]
+    verdicts = verify_sentences(per_response, texts, judge, config.verifier.threshold, require_format=False)
+    labels = [label for v in verdicts for label in v.labels]
+    verified = [label for label in labels if label != 0]
+    n = len(outcomes)
+    grades = ["C" if o.correct else "N" if o.unknown else "W" for o in outcomes]
+    return {
+        "metrics": {
+            "accuracy": sum(o.correct for o in outcomes) / n,
+            "answer_f1": sum(o.f1 for o in outcomes) / n,
+            "not_attempted": sum(o.unknown for o in outcomes) / n,
+            "format_rate": sum(o.format_ok for o in outcomes) / n,
+            "step_hallucination": (sum(label < 0 for label in verified) / len(verified)) if verified else float("nan"),
+            "judge_coverage": len(verified) / len(labels) if labels else float("nan"),
+            "sentences_per_response": len(labels) / n,
+            "completion_length": rollout.completion_lengths.float().mean().item(),
+        },
+        "questions": len(examples), "samples": samples,
+        "grades": [grades[i * samples:(i + 1) * samples] for i in range(len(examples))],
+        "example": {"question": examples[0].question, "response": texts[0]},
+    }
+
+
+def save_heldout(result: dict[str, Any], run_dir: str | Path, **info) -> Path:
+    """Write a held-out result (plus method/seed/judge info) to `<run_dir>/heldout.json`."""
+    path = Path(run_dir) / "heldout.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**info, **result}, indent=1))
+    return path
+

@@ -6,9 +6,9 @@ notebook, the papermill parameters. `run_profile` executes the notebooks in orde
 (`<out>/results/summary.json` and `.md`). `python -m fspo_lite lite --profile lite|quick` calls it.
 
 Notebook 03 trains every method x seed with the package's Trainer and scores each trained adapter (and the
-base model) on held-out questions with `heldout_eval`: answer accuracy and F1, the not-attempted rate, the
-k-sample outcome decomposition, and the step-level hallucination rate judged by a verifier other than the
-one used for training.
+base model) with the evaluation harness (`evaluate_run` -> `fspo_lite.evaluation.evaluate`): held-out answer
+accuracy and F1, the not-attempted rate, the k-sample outcome decomposition and the step-level hallucination
+rate judged by a verifier other than the one used for training, plus TruthfulQA MC and HaluEval subsets.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
 from .config import Config, apply_overrides, load_config
@@ -123,54 +122,22 @@ def run_name(method: str, seed: int) -> str:
     return f"{method.replace('+', '_')}_s{seed}"
 
 
-def heldout_eval(model, tokenizer, config: Config, examples, samples: int, judge, seed: int = 1234,
-                 progress: bool = False) -> dict[str, Any]:
-    """Sample `samples` answers per held-out question and grade them.
+def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress: bool = False, **info) -> dict:
+    """Score a model (a trained PEFT adapter in memory, or the base model) with the evaluation harness on
+    config.evaluation's benchmarks, into `<run_dir>/eval/`; write `<run_dir>/heldout.json` with `info`
+    (method, seed, ...), every benchmark metric as 'benchmark.metric', and the judge's coverage on the
+    short-QA benchmarks (share of reasoning sentences it could check). Returns that record."""
+    from .evaluation import evaluate
 
-    Returns metrics (accuracy, answer_f1, not_attempted, format_rate, step_hallucination = share of the
-    judge-verified reasoning sentences that it calls unsupported, judge_coverage = verified share of all
-    reasoning sentences, sentences per response) and per-question outcome lists ("C" correct, "N" not
-    attempted, "W" attempted and wrong) for the k-sample decomposition. Every model sees the same
-    sampling seed. Sentences are judged whether or not the tags are well formed, so a model cannot
-    escape the judge by breaking the format.
-    """
-    from .prompts import prompt_text
-    from .rewards import outcome_reward, verify_sentences
-    from .rollout import TransformersRollout
-
-    engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress)
-    torch.manual_seed(seed)
-    rollout = engine.generate([prompt_text(tokenizer, e, config.data) for e in examples], samples)
-    texts = [config.data.response_prefix + t for t in rollout.texts]
-    per_response = [e for e in examples for _ in range(samples)]
-    outcomes = [outcome_reward(e, t, config.reward.answer_metric, config.reward.format_penalty)
-                for e, t in zip(per_response, texts)]
-    verdicts = verify_sentences(per_response, texts, judge, config.verifier.threshold, require_format=False)
-    labels = [label for v in verdicts for label in v.labels]
-    verified = [label for label in labels if label != 0]
-    n = len(outcomes)
-    grades = ["C" if o.correct else "N" if o.unknown else "W" for o in outcomes]
-    return {
-        "metrics": {
-            "accuracy": sum(o.correct for o in outcomes) / n,
-            "answer_f1": sum(o.f1 for o in outcomes) / n,
-            "not_attempted": sum(o.unknown for o in outcomes) / n,
-            "format_rate": sum(o.format_ok for o in outcomes) / n,
-            "step_hallucination": (sum(label < 0 for label in verified) / len(verified)) if verified else float("nan"),
-            "judge_coverage": len(verified) / len(labels) if labels else float("nan"),
-            "sentences_per_response": len(labels) / n,
-            "completion_length": rollout.completion_lengths.float().mean().item(),
-        },
-        "questions": len(examples), "samples": samples,
-        "grades": [grades[i * samples:(i + 1) * samples] for i in range(len(examples))],
-        "example": {"question": examples[0].question, "response": texts[0]},
-    }
-
-
-def save_heldout(result: dict[str, Any], run_dir: str | Path, **info) -> Path:
-    """Write a held-out result (plus method/seed/judge info) to `<run_dir>/heldout.json`."""
-    path = Path(run_dir) / "heldout.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**info, **result}, indent=1))
-    return path
-
+    run_dir = Path(run_dir)
+    config = apply_overrides(load_config(None, config.to_dict()), {"evaluation.output_dir": str(run_dir / "eval")})
+    result = evaluate(config, model=model, tokenizer=tokenizer, progress=progress)
+    metrics = {f"{name}.{metric}": value for name, bench in result.summary["benchmarks"].items()
+               for metric, value in bench["metrics"].items()}
+    for name in {r["benchmark"] for r in result.records if "sentence_labels" in r}:
+        labels = [label for r in result.records if r["benchmark"] == name for label in r["sentence_labels"]]
+        metrics[f"{name}.judge_coverage"] = sum(1 for label in labels if label) / len(labels) if labels else float("nan")
+    record = {**info, "judge": config.evaluation.step_verifier, "benchmarks": list(config.evaluation.benchmarks),
+              "limit": config.evaluation.limit, "samples": config.evaluation.samples, "metrics": metrics}
+    (run_dir / "heldout.json").write_text(json.dumps(record, indent=1))
+    return record

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
+from .evaluation.metrics import DECOMPOSITION
 from .metrics import read_metrics
 
-DECOMPOSITION = ("all_correct", "partial_correct", "partial_not_attempt", "all_not_attempt", "all_attempt_wrong")
-"""The k-sample outcome classes of one question (ALGORITHMS section 3), as in the caution-reward slides."""
+QA_METRICS = {"accuracy": "correct", "answer_f1": "f1", "not_attempted": "not_attempted", "format_rate": "format_rate",
+              "step_hallucination": "step_hallucination_rate", "judge_coverage": "judge_coverage",
+              **{name: f"decomp_{name}" for name in DECOMPOSITION}}
+"""Table column -> metric of the held-out short-QA benchmark (fspo_lite.evaluation's names)."""
+OTHER_METRICS = {"truthfulqa_mc1": "truthfulqa_mc.mc1", "truthfulqa_mc2": "truthfulqa_mc.mc2",
+                 "halueval_accuracy": "halueval.accuracy"}
 HELDOUT_METRICS = ("accuracy", "answer_f1", "not_attempted", "format_rate", "step_hallucination", "judge_coverage",
-                   "completion_length")
+                   *OTHER_METRICS)
 CURVES = (("reward_mean", "reward"), ("accuracy", "train accuracy"), ("step_factuality", "step factuality (train verifier)"),
           ("flipped_token_share", "share of tokens flipped"), ("kl", "KL to the base model"),
           ("completion_length", "response length (tokens)"))
@@ -28,38 +32,18 @@ TRAINING_DIAGNOSTICS = ("flipped_token_share", "reward_std", "frac_reward_zero_s
                         "format_rate", "step_time")
 
 
-def decomposition_class(grades: Sequence[str]) -> str:
-    """Class of one question from its k grades ('C' correct, 'N' not attempted, 'W' attempted and wrong)."""
-    if not grades:
-        raise ValueError("a question needs at least one graded answer")
-    unknown = set(grades) - {"C", "N", "W"}
-    if unknown:
-        raise ValueError(f"unknown grades {sorted(unknown)}; expected C, N or W")
-    counts = Counter(grades)
-    if counts["C"] == len(grades):
-        return "all_correct"
-    if counts["C"]:
-        return "partial_correct"
-    if counts["N"] == len(grades):
-        return "all_not_attempt"
-    return "partial_not_attempt" if counts["N"] else "all_attempt_wrong"
-
-
-def decomposition(per_question: Sequence[Sequence[str]]) -> dict[str, float]:
-    """Percent of questions in each class (they add up to 100)."""
-    counts = Counter(decomposition_class(g) for g in per_question)
-    n = len(per_question)
-    return {name: 100.0 * counts[name] / n if n else math.nan for name in DECOMPOSITION}
-
-
 # ---- reading runs ----------------------------------------------------------------------------
-def load_heldout(runs_dir: str | Path) -> pd.DataFrame:
-    """One row per evaluated model (base and every method x seed): its held-out metrics and decomposition."""
+def load_heldout(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
+    """One row per evaluated model (base and every method x seed) from its heldout.json
+    (`fspo_lite.experiment.evaluate_run`): the short-QA benchmark `qa`'s metrics and decomposition, and the
+    TruthfulQA MC / HaluEval numbers when they were run."""
     rows = []
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):
         record = json.loads(path.read_text())
+        metrics = record["metrics"]
+        names = {**{column: f"{qa}.{metric}" for column, metric in QA_METRICS.items()}, **OTHER_METRICS}
         rows.append({"run": path.parent.name, "method": record["method"], "seed": record.get("seed"),
-                     **record["metrics"], **decomposition(record["grades"])})
+                     **{column: metrics[key] for column, key in names.items() if key in metrics}})
     if not rows:
         raise FileNotFoundError(f"no */heldout.json under {runs_dir}: run notebook 03 first")
     return pd.DataFrame(rows)
@@ -124,13 +108,15 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
     lines = ["# Lite reproduction: held-out results", ""]
     if settings:
         lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
-    lines += ["| method | seeds | accuracy % | answer F1 % | not attempted % | step hallucination % | judge coverage % |"
-              " well-formed % |", "|---|---|---|---|---|---|---|---|"]
+    headers = {"accuracy": "accuracy %", "answer_f1": "answer F1 %", "not_attempted": "not attempted %",
+               "step_hallucination": "step hallucination %", "judge_coverage": "judge coverage %",
+               "format_rate": "well-formed %", "truthfulqa_mc1": "TruthfulQA MC1 %", "truthfulqa_mc2": "TruthfulQA MC2 %",
+               "halueval_accuracy": "HaluEval acc. %"}
+    shown = [c for c in headers if c in table]
+    lines += ["| method | seeds | " + " | ".join(headers[c] for c in shown) + " |", "|---|---|" + "---|" * len(shown)]
     for method in table.index:
-        lines.append(f"| {method} | {int(table.loc[method, 'seeds'])} | {cell(method, 'accuracy')} | "
-                     f"{cell(method, 'answer_f1')} | {cell(method, 'not_attempted')} | "
-                     f"{cell(method, 'step_hallucination')} | {cell(method, 'judge_coverage')} | "
-                     f"{cell(method, 'format_rate')} |")
+        lines.append(f"| {method} | {int(table.loc[method, 'seeds'])} | " + " | ".join(cell(method, c) for c in shown)
+                     + " |")
     lines += ["", "± is half the range over seeds. Decomposition of each question's k answers (% of questions):", "",
               "| method | " + " | ".join(DECOMPOSITION) + " |", "|---|" + "---|" * len(DECOMPOSITION)]
     for method in table.index:

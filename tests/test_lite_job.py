@@ -35,4 +35,5 @@ def test_quick_profile_runs_the_notebook_sequence(tmp_path, capsys):
         assert (tmp_path / "figures" / f"quick_{figure}.png").stat().st_size > 1000
     heldout = json.loads((tmp_path / "runs" / "fspo_s0" / "heldout.json").read_text())
     assert heldout["judge"] == "embedding" and heldout["train_verifier"] == "lexical"
-    assert len(heldout["grades"]) == trained["eval_questions"]
+    assert {f"{b}." for b in trained["eval_benchmarks"]} <= {k.split(".")[0] + "." for k in heldout["metrics"]}
+    assert (tmp_path / "runs" / "fspo_s0" / "eval" / "records.jsonl").exists()

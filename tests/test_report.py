@@ -1,7 +1,6 @@
 """The lite job's aggregation (fspo_lite.report) and profile handling (fspo_lite.experiment) on hand-made inputs."""
 
 import json
-import math
 
 import pandas as pd
 import pytest
@@ -9,8 +8,6 @@ import pytest
 from fspo_lite.experiment import load_profile, resolve_parameters, run_config, run_name
 from fspo_lite.report import (
     DECOMPOSITION,
-    decomposition,
-    decomposition_class,
     flip_example,
     goal_check,
     load_heldout,
@@ -21,33 +18,12 @@ from fspo_lite.report import (
 )
 
 
-@pytest.mark.parametrize("grades, expected", [
-    ("CCCC", "all_correct"), ("CWNC", "partial_correct"), ("CWWW", "partial_correct"), ("NNNN", "all_not_attempt"),
-    ("NWWN", "partial_not_attempt"), ("WWWW", "all_attempt_wrong"), ("C", "all_correct"),
-])
-def test_decomposition_class(grades, expected):
-    assert decomposition_class(list(grades)) == expected
-
-
-@pytest.mark.parametrize("grades", [[], ["C", "X"], ["correct"]])
-def test_decomposition_class_rejects_bad_grades(grades):
-    with pytest.raises(ValueError):
-        decomposition_class(grades)
-
-
-def test_decomposition_percentages():
-    shares = decomposition([list("CC"), list("CW"), list("WW"), list("WW")])
-    assert shares == {"all_correct": 25.0, "partial_correct": 25.0, "partial_not_attempt": 0.0,
-                      "all_not_attempt": 0.0, "all_attempt_wrong": 50.0}
-    assert all(math.isnan(v) for v in decomposition([]).values())
-
-
 def _heldout():
     rows = [("base", None, 0.10, 0.50), ("grpo", 0, 0.20, 0.40), ("grpo", 1, 0.30, 0.60),
             ("fspo", 0, 0.22, 0.30), ("fspo", 1, 0.26, 0.36)]
     return pd.DataFrame([{"run": f"{m}_{s}", "method": m, "seed": s, "accuracy": a, "answer_f1": a,
                           "not_attempted": 0.0, "format_rate": 1.0, "step_hallucination": h, "judge_coverage": 0.5,
-                          "completion_length": 30.0, **dict.fromkeys(DECOMPOSITION, 20.0)} for m, s, a, h in rows])
+                          **dict.fromkeys(DECOMPOSITION, 20.0)} for m, s, a, h in rows])
 
 
 def test_summarize_means_and_spreads_over_seeds():
@@ -89,16 +65,20 @@ def test_flip_example_picks_the_most_flipped_response():
 
 
 def test_load_runs_from_folders(tmp_path):
-    for method, seed, grades in (("base", None, [["C", "W"]]), ("fspo", 0, [["W", "W"]])):
+    metrics = {"kbqa.correct": 0.5, "kbqa.step_hallucination_rate": 0.2, "kbqa.decomp_partial_correct": 100.0,
+               "kbqa.judge_coverage": 0.8, "truthfulqa_mc.mc1": 0.25, "halueval.accuracy": 0.5, "multihop.correct": 0.9}
+    for method, seed in (("base", None), ("fspo", 0)):
         run = tmp_path / (method if seed is None else run_name(method, seed))
         run.mkdir()
-        (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "grades": grades,
-                                                      "metrics": {"accuracy": 0.5, "step_hallucination": 0.2}}))
+        (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "metrics": metrics}))
     (tmp_path / "fspo_s0" / "metrics.jsonl").write_text(
         '{"step": 1, "flipped_token_share": 0.2, "reward_std": 1.0}\n{"step": 2, "flipped_token_share": 0.4, "reward_std": 0.0}\n')
-    heldout = load_heldout(tmp_path)
-    assert set(heldout["method"]) == {"base", "fspo"}
-    assert heldout.set_index("method").loc["base", "partial_correct"] == 100.0
+    heldout = load_heldout(tmp_path).set_index("method")
+    assert set(heldout.index) == {"base", "fspo"}
+    assert heldout.loc["base", "accuracy"] == 0.5 and heldout.loc["base", "partial_correct"] == 100.0
+    assert heldout.loc["fspo", "truthfulqa_mc1"] == 0.25 and heldout.loc["fspo", "judge_coverage"] == 0.8
+    assert "answer_f1" not in heldout  # metrics that were not run stay out of the table
+    assert load_heldout(tmp_path, qa="multihop").loc[0, "accuracy"] == 0.9
     training = load_training(tmp_path)
     assert list(training["method"]) == ["fspo", "fspo"]
     diagnostics = training_diagnostics(training, order=["grpo", "fspo"])

@@ -111,9 +111,11 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
 
 
 # ---- notebook 03: train and evaluate --------------------------------------------------------
-def run_config(base: dict[str, Any], method: str, seed: int, runs_dir: str | Path) -> Config:
-    """The Config of one (method, seed) run: the shared dotted settings `base`, then method, seed, output dir."""
-    config = load_config(None, dict(base))
+def run_config(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path,
+               config_path: str | Path | None = None) -> Config:
+    """The Config of one (method, seed) run: a YAML config (or the defaults), the shared dotted settings, then
+    method, seed and output folder."""
+    config = load_config(config_path, dict(shared))
     return apply_overrides(config, {"reward.method": method, "train.seed": seed,
                                     "train.output_dir": str(Path(runs_dir) / run_name(method, seed))})
 

@@ -43,6 +43,17 @@ class EvalResult:
     records: list[dict] = field(default_factory=list)
     """One dict per generated answer or scored item: prompt, output, extracted answer, grade ..."""
 
+    def save(self, output_dir: str | Path) -> Path:
+        """Write summary.json, table.csv and records.jsonl into output_dir."""
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=_json_default))
+        self.table.to_csv(out / "table.csv", index=False)
+        with open(out / "records.jsonl", "w", encoding="utf-8") as handle:
+            for record in self.records:
+                handle.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+        return out
+
 
 class _Context:
     """What the benchmark runners share: model, tokenizer, rollout engine, config, lazily built verifier/judges."""
@@ -310,19 +321,10 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
     table = pd.DataFrame(rows, columns=["benchmark", "metric", "value", "n", "by"])
     summary = {"model": config.model.name, "adapter": config.model.adapter_path, "benchmarks": per_benchmark,
                "config": config.to_dict()}
-    _save(ev.output_dir, table, summary, records)
-    return EvalResult(table, summary, records)
+    result = EvalResult(table, summary, records)
+    result.save(ev.output_dir)
+    return result
 
 
 def _json_default(value):
     return float(value) if isinstance(value, (float, int)) else str(value)
-
-
-def _save(output_dir: str, table, summary: dict, records: list[dict]) -> None:
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-    table.to_csv(out / "table.csv", index=False)
-    with open(out / "records.jsonl", "w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")

@@ -209,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
 
     lite = commands.add_parser("lite", help="the lite reproduction: notebooks 02-04 under papermill, then the "
                                "results table (results/summary.md) and figures (figures/lite_*.png)")
-    lite.add_argument("--profile", default="lite", help="lite (about 30 min on 2 CPU cores) | quick (a smoke run, "
-                      "minutes) | a profile YAML file; default: %(default)s")
+    lite.add_argument("--profile", default="lite", help="lite (under 30 min on 2 CPU cores) | quick (a smoke run, "
+                      "under a minute) | colab_t4 (a T4 GPU, hours) | a profile YAML file; default: %(default)s")
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)

@@ -1,6 +1,6 @@
 """The lite reproduction: the notebook sequence under papermill, and the training/evaluation calls of notebook 03.
 
-A profile (`configs/lite.yaml`, `configs/lite_quick.yaml`) is plain data: where the outputs go and, per
+A profile (`configs/lite/lite.yaml`, `quick.yaml`, `colab_t4.yaml`) is plain data: where the outputs go and, per
 notebook, the papermill parameters. `run_profile` executes the notebooks in order into
 `<out>/results/notebooks/`, times each one and adds the timings to the summary that notebook 04 writes
 (`<out>/results/summary.json` and `.md`). `python -m fspo_lite lite --profile lite|quick` calls it.
@@ -24,7 +24,8 @@ import yaml
 from .config import Config, apply_overrides, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILES = {"lite": ROOT / "configs" / "lite.yaml", "quick": ROOT / "configs" / "lite_quick.yaml"}
+PROFILE_DIR = ROOT / "configs" / "lite"
+"""Named profiles: configs/lite/<name>.yaml (lite, quick, colab_t4)."""
 
 
 # ---- profiles and the notebook sequence ---------------------------------------------------
@@ -40,9 +41,11 @@ class Profile:
 
 def load_profile(name_or_path: str) -> Profile:
     """A profile by name ('lite', 'quick') or YAML path; errors name the valid profiles."""
-    path = PROFILES.get(name_or_path, Path(name_or_path))
-    if not path.exists():
-        raise FileNotFoundError(f"no profile {name_or_path!r}: use one of {', '.join(PROFILES)} or a YAML file")
+    named = PROFILE_DIR / f"{name_or_path}.yaml"
+    path = named if named.exists() else Path(name_or_path)
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"no profile {name_or_path!r}: use one of {names} or a YAML file")
     data = yaml.safe_load(path.read_text()) or {}
     unknown = set(data) - {"description", "out", "notebooks"}
     if unknown:
@@ -52,8 +55,7 @@ def load_profile(name_or_path: str) -> Profile:
         if not isinstance(entry, dict) or "name" not in entry:
             raise ValueError(f"{path}: each notebooks entry needs a name (and optional parameters), got {entry!r}")
         notebooks.append((entry["name"], dict(entry.get("parameters") or {})))
-    return Profile(path.stem if name_or_path not in PROFILES else name_or_path, str(data.get("out", ".")),
-                   notebooks, data.get("description", ""))
+    return Profile(path.stem, str(data.get("out", ".")), notebooks, data.get("description", ""))
 
 
 def resolve_parameters(parameters: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def test_load_runs_from_folders(tmp_path):
 
 
 def test_profiles_load_and_fill_the_output_root(tmp_path):
-    for name in ("lite", "quick"):
+    for name in ("lite", "quick", "colab_t4"):
         profile = load_profile(name)
         names = [n for n, _ in profile.notebooks]
         assert names == sorted(names) and "03_train_fspo.ipynb" in names and "04_results.ipynb" in names
@@ -101,7 +101,7 @@ def test_profiles_load_and_fill_the_output_root(tmp_path):
     bad.write_text("notebooks: []\nsteps: 3\n")
     with pytest.raises(ValueError, match="unknown keys"):
         load_profile(str(bad))
-    with pytest.raises(FileNotFoundError, match="lite, quick"):
+    with pytest.raises(FileNotFoundError, match="colab_t4, lite, quick"):
         load_profile("nope")
 
 

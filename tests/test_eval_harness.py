@@ -221,3 +221,17 @@ def test_truthfulqa_sample_rebuilds_from_the_shared_file(tmp_path):
 
     build_truthfulqa_sample(shared_file("truthfulqa.jsonl"), tmp_path)
     assert (tmp_path / "truthfulqa_sample.jsonl").read_bytes() == (DATA_DIR / "truthfulqa_sample.jsonl").read_bytes()
+
+
+def test_generation_sorted_by_length_returns_prompt_order():
+    class Engine:
+        def generate(self, prompts, k, do_sample, max_new_tokens):
+            self.seen = list(prompts)
+            texts = [f"{p}|{j}" for p in prompts for j in range(k)]
+            return SimpleNamespace(texts=texts, completion_mask=torch.ones(len(texts), 2))
+
+    ctx = harness._Context.__new__(harness._Context)
+    ctx.ev, ctx.engine, ctx.tokens = Config().evaluation, Engine(), 0
+    prompts = ["ccc", "a", "bb"]
+    assert ctx.generate(prompts, samples=2) == ["ccc|0", "ccc|1", "a|0", "a|1", "bb|0", "bb|1"]
+    assert ctx.engine.seen == ["a", "bb", "ccc"] and ctx.tokens == 12

@@ -184,9 +184,11 @@ def test_eval_command_line(tmp_path, capsys):
 
     assert main(["eval", "--config", TINY, "--benchmarks", "halueval,multihop", "--limit", "2", "--quiet",
                  "--output", str(tmp_path), "--set", "evaluation.max_new_tokens=4",
-                 "--set", "evaluation.step_verifier=lexical"]) == 0
+                 "--set", "evaluation.step_verifier=lexical", "--source", "multihop=bundled:multihop_train"]) == 0
     out = capsys.readouterr().out
     assert "accuracy" in out and "step_hallucination_rate" in out
+    assert json.loads((tmp_path / "summary.json").read_text())["benchmarks"]["multihop"]["source"] == (
+        "bundled:multihop_train")
     assert json.loads((tmp_path / "summary.json").read_text())["command"].startswith("python -m fspo_lite")
 
 

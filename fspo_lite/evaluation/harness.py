@@ -20,7 +20,7 @@ import torch
 
 from ..prompts import prompt_text, render_prompt
 from ..rewards import outcome_reward, step_factuality, verify_sentences
-from ..text import extract_answer, hotpot_em_f1, parse_number
+from ..text import extract_answer, parse_number
 from . import metrics as M
 from .benchmarks import BENCHMARKS, load_items, resolve
 from .judges import build_judge
@@ -70,11 +70,17 @@ class _Context:
         self.tokens = 0
 
     def generate(self, prompts: list[str], max_new_tokens: int | None = None, samples: int | None = None) -> list[str]:
+        """k completions per prompt, in prompt order (row i * k + j is sample j of prompt i). Prompts are
+        generated shortest first, so each batch holds prompts of similar length and little left padding."""
         samples = self.ev.samples if samples is None else samples
-        rollout = self.engine.generate(prompts, samples, do_sample=self.ev.temperature > 0,
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        rollout = self.engine.generate([prompts[i] for i in order], samples, do_sample=self.ev.temperature > 0,
                                        max_new_tokens=max_new_tokens)
         self.tokens += int(rollout.completion_mask.sum())
-        return rollout.texts
+        texts = [""] * len(rollout.texts)
+        for position, index in enumerate(order):
+            texts[index * samples : (index + 1) * samples] = rollout.texts[position * samples : (position + 1) * samples]
+        return texts
 
     def verifier(self):
         """(verifier, its name): evaluation.step_verifier, or lexical when that one cannot load."""
@@ -116,7 +122,7 @@ def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], lis
     for index, (example, text, verdict) in enumerate(zip(expanded, texts, verdicts)):
         outcome = outcome_reward(example, text)
         grade = M.simpleqa_grade(outcome.correct, outcome.unknown)
-        em, f1 = hotpot_em_f1(outcome.answer, example.answers)
+        em, f1 = float(outcome.correct), outcome.f1  # EM / best token F1 over the gold answers (grade_answer)
         grades.append(grade), ems.append(em), f1s.append(f1), formats.append(outcome.format_ok)
         records.append({"benchmark": name, "id": example.id, "sample": index % k, "prompt": prompts[index // k],
                         "output": text, "answer": outcome.answer, "gold": example.answers, "grade": grade,

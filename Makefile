@@ -30,7 +30,7 @@ test-fast: $(STAMP)
 train-smoke: $(STAMP)
 	$(BIN)/python -m fspo_lite train --config configs/smoke_smollm2.yaml
 
-# the lite reproduction: notebooks 02-04 under papermill (configs/lite/lite.yaml); quick variant: make lite-quick
+# the lite reproduction: notebooks 01-04 under papermill (configs/lite/lite.yaml); quick variant: make lite-quick
 lite: $(STAMP)
 	$(BIN)/python -m fspo_lite lite --profile lite
 

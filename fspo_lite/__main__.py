@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--train-limit", type=int, default=1000, help="HaluEval train rows; default: %(default)s")
     calibrate.set_defaults(run=cmd_verifiers_calibrate)
 
-    lite = commands.add_parser("lite", help="the lite reproduction: notebooks 02-04 under papermill, then the "
+    lite = commands.add_parser("lite", help="the lite reproduction: notebooks 01-04 under papermill, then the "
                                "results table (results/summary.md) and figures (figures/lite_*.png)")
     lite.add_argument("--profile", default="lite", help="lite (under 30 min on 2 CPU cores) | quick (a smoke run, "
                       "under a minute) | colab_t4 (a T4 GPU, hours) | a profile YAML file; default: %(default)s")

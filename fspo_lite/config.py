@@ -313,7 +313,11 @@ class EvalConfig:
     """Any of kbqa, multihop, hotpotqa, truthfulqa_mc, truthfulqa_gen, halueval, halluqa, gsm8k, math500, aime2024,
     aime2025. The default list runs offline on bundled data."""
     limit: int | None = None
-    """Use only the first N items of each benchmark (file order, so a limited run is a prefix of the full one)."""
+    """Use only N items of each benchmark: the first N in file order (a limited run is a prefix of the full one),
+    or N drawn at random with `shuffle`."""
+    shuffle: bool = False
+    """With `limit`: draw the N items at random (seeded by `seed`), for subsets that span the whole file
+    (the bundled kbqa file is sorted by category)."""
     samples: int = 1
     """k: answers sampled per question (generation benchmarks); k > 1 needs temperature > 0."""
     temperature: float = 0.0

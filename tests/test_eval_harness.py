@@ -237,3 +237,14 @@ def test_generation_sorted_by_length_returns_prompt_order():
     prompts = ["ccc", "a", "bb"]
     assert ctx.generate(prompts, samples=2) == ["ccc|0", "ccc|1", "a|0", "a|1", "bb|0", "bb|1"]
     assert ctx.engine.seen == ["a", "bb", "ccc"] and ctx.tokens == 12
+
+
+def test_shuffled_subset_is_seeded_and_spans_the_file():
+    spec = resolve("kbqa", {"kbqa": "bundled:kbqa_test"})
+    prefix = load_items("kbqa", spec, limit=10)
+    drawn, again = load_items("kbqa", spec, 10, seed=0, shuffle=True), load_items("kbqa", spec, 10, 0, True)
+    assert [e.id for e in drawn] == [e.id for e in again] != [e.id for e in prefix]
+    assert len({e.extra["category"] for e in drawn}) > len({e.extra["category"] for e in prefix})
+    rows = load_items("truthfulqa_mc", "bundled:truthfulqa_sample", 5, seed=1, shuffle=True)
+    assert len(rows) == 5 and [r.id for r in rows] != [r.id for r in load_items("truthfulqa_mc",
+                                                                                 "bundled:truthfulqa_sample", 5)]

@@ -155,17 +155,20 @@ def halluqa_item(row: dict, index: int) -> HalluQAItem:
                        list(row["best_answers"]), list(row["wrong_answers"]))
 
 
-def load_items(name: str, spec: str, limit: int | None = None, seed: int = 0) -> list:
-    """The first `limit` items of a benchmark from a resolved data spec (file order; no shuffling, so a
-    limited run is a prefix of the full run)."""
+def load_items(name: str, spec: str, limit: int | None = None, seed: int = 0, shuffle: bool = False) -> list:
+    """The first `limit` items of a benchmark from a resolved data spec (file order, so a limited run is a
+    prefix of the full run), or with `shuffle` `limit` items drawn at random with `seed`."""
     kind = benchmark(name).kind
     if kind in ("short_qa", "math"):
-        examples: list[QAExample] = load_examples(spec, limit=limit)
+        examples: list[QAExample] = load_examples(spec, limit=limit, seed=seed if shuffle else None)
         if kind == "math":
             for example in examples:
                 example.task = "math"
         return examples
-    rows = read_rows(spec)[:limit] if limit else read_rows(spec)
+    rows = read_rows(spec)
+    if shuffle:
+        random.Random(seed).shuffle(rows)
+    rows = rows[:limit] if limit else rows
     if kind in ("truthfulqa_mc", "truthfulqa_gen"):
         return [truthfulqa_item(row, i) for i, row in enumerate(rows)]
     if kind == "halueval":

@@ -311,7 +311,7 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
     rows, records, per_benchmark = [], [], {}
     for name in ev.benchmarks:
         spec = resolve(name, sources)
-        items = load_items(name, spec, ev.limit, ev.seed)
+        items = load_items(name, spec, ev.limit, ev.seed, ev.shuffle)
         torch.manual_seed(ev.seed)
         tokens_before, start = ctx.tokens, time.perf_counter()
         if progress:

@@ -7,7 +7,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test test-fast test-gpu lite train-smoke clean-notebooks check-notebooks bench-gpu
+.PHONY: setup test test-fast test-gpu lite lite-quick train-smoke clean-notebooks check-notebooks bench-gpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,7 +30,12 @@ test-fast: $(STAMP)
 train-smoke: $(STAMP)
 	$(BIN)/python -m fspo_lite train --config configs/smoke_smollm2.yaml
 
-lite: train-smoke
+# the lite reproduction: notebooks 01-04 under papermill (configs/lite/lite.yaml); quick variant: make lite-quick
+lite: $(STAMP)
+	$(BIN)/python -m fspo_lite lite --profile lite
+
+lite-quick: $(STAMP)
+	$(BIN)/python -m fspo_lite lite --profile quick
 
 # GPU machines only (docs/gpu.md): the gpu-marked tests, then step time and peak memory of 4-bit LoRA GRPO/FSPO
 test-gpu: $(STAMP)

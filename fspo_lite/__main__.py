@@ -83,6 +83,35 @@ def cmd_klcf_checklist(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from .config import apply_overrides, load_config
+    from .evaluation import evaluate
+
+    shortcuts = {"model.name": args.model, "model.adapter_path": args.adapter, "evaluation.benchmarks": args.benchmarks,
+                 "evaluation.limit": args.limit, "evaluation.samples": args.samples,
+                 "evaluation.temperature": args.temperature, "evaluation.output_dir": args.output}
+    config = load_config(args.config, args.overrides)
+    apply_overrides(config, {k: v for k, v in shortcuts.items() if v is not None})
+    for item in args.source:
+        name, _, spec = item.partition("=")
+        apply_overrides(config, {f"evaluation.sources.{name.strip()}": spec.strip()})
+    result = evaluate(config, progress=not args.quiet)
+    result.summary["command"] = _command_line()
+    result.save(config.evaluation.output_dir)
+    with pd_options():
+        print(result.table.drop(columns="by").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    seconds = {name: b["seconds"] for name, b in result.summary["benchmarks"].items()}
+    print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
+    print(f"results: {config.evaluation.output_dir}/(summary.json, table.csv, records.jsonl)")
+    return 0
+
+
+def pd_options():
+    import pandas as pd
+
+    return pd.option_context("display.width", 200, "display.max_rows", 500)
+
+
 def cmd_verifiers_benchmark(args) -> int:
     from .config import load_config
     from .verifiers.cli import benchmark_command
@@ -96,6 +125,16 @@ def cmd_verifiers_calibrate(args) -> int:
     from .verifiers.cli import calibrate_command
 
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
+
+
+def cmd_lite(args) -> int:
+    from .experiment import load_profile, run_profile
+
+    profile = load_profile(args.profile)
+    summary = run_profile(profile, args.out, progress=not args.quiet)
+    out = args.out or profile.out
+    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {out}/results/summary.md")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,6 +172,21 @@ def main(argv: list[str] | None = None) -> int:
                            "results/klcf_checklist.json)")
     checklist.set_defaults(run=cmd_klcf_checklist)
 
+    eval_ = commands.add_parser("eval", help="measure hallucination on benchmarks (docs/evaluation.md)")
+    _add_config_arguments(eval_)
+    eval_.add_argument("--model", help="model name, hub id or folder (model.name)")
+    eval_.add_argument("--adapter", help="a saved LoRA adapter folder to evaluate on top of the model")
+    eval_.add_argument("--benchmarks", help="comma-separated, e.g. kbqa,truthfulqa_mc,halueval (evaluation.benchmarks)")
+    eval_.add_argument("--limit", type=int, help="first N items of each benchmark (evaluation.limit)")
+    eval_.add_argument("--samples", type=int, help="k answers per question (evaluation.samples; k > 1 needs "
+                       "--temperature > 0)")
+    eval_.add_argument("--temperature", type=float, help="0 greedy (default), above 0 sampling")
+    eval_.add_argument("--source", action="append", default=[], metavar="NAME=DATA",
+                       help="data for one benchmark: a file, bundled:<name> or hf:<id> (repeatable)")
+    eval_.add_argument("--output", help="output folder (evaluation.output_dir)")
+    eval_.add_argument("--quiet", action="store_true", help="no progress bars")
+    eval_.set_defaults(run=cmd_eval)
+
     verifiers = commands.add_parser("verifiers", help="measure the step verifiers").add_subparsers(
         dest="verifiers_command", required=True)
     benchmark = verifiers.add_parser(
@@ -152,6 +206,14 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--verifiers", default="embedding,likelihood", help="default: %(default)s")
     calibrate.add_argument("--train-limit", type=int, default=1000, help="HaluEval train rows; default: %(default)s")
     calibrate.set_defaults(run=cmd_verifiers_calibrate)
+
+    lite = commands.add_parser("lite", help="the lite reproduction: notebooks 01-04 under papermill, then the "
+                               "results table (results/summary.md) and figures (figures/lite_*.png)")
+    lite.add_argument("--profile", default="lite", help="lite (under 30 min on 2 CPU cores) | quick (a smoke run, "
+                      "under a minute) | colab_t4 (a T4 GPU, hours) | a profile YAML file; default: %(default)s")
+    lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
+    lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
+    lite.set_defaults(run=cmd_lite)
     args = parser.parse_args(argv)
     return args.run(args)
 

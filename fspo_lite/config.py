@@ -56,6 +56,8 @@ class DataConfig:
     """'bundled:<name>' (files in data/), a local .jsonl/.parquet path, or 'hf:<hub id>[:config][@split]'.
     Mix sources with ' + ' and take a seeded subset of one with '[N]': 'hotpot.jsonl[4000] + math.jsonl'."""
     eval: str = "bundled:kbqa_test"
+    """Held-out short-answer QA set: the source of the `kbqa` evaluation benchmark (evaluation.sources.kbqa
+    overrides it); any QA file works there (SimpleQA-style grades, decomposition, step hallucination)."""
     limit: int | None = None
     """Use only the first N training examples (after shuffling with the seed)."""
     skip_bad_rows: bool = False
@@ -302,6 +304,47 @@ class TrainConfig:
 
 
 @dataclass
+class EvalConfig:
+    """Hallucination benchmarks: `python -m fspo_lite eval` and fspo_lite.evaluation.evaluate (docs/evaluation.md).
+    The model and adapter come from the model section (model.name, model.adapter_path)."""
+
+    benchmarks: list[str] = field(default_factory=lambda: ["kbqa", "multihop", "truthfulqa_mc", "truthfulqa_gen",
+                                                           "halueval"])
+    """Any of kbqa, multihop, hotpotqa, truthfulqa_mc, truthfulqa_gen, halueval, halluqa, gsm8k, math500, aime2024,
+    aime2025. The default list runs offline on bundled data."""
+    limit: int | None = None
+    """Use only N items of each benchmark: the first N in file order (a limited run is a prefix of the full one),
+    or N drawn at random with `shuffle`."""
+    shuffle: bool = False
+    """With `limit`: draw the N items at random (seeded by `seed`), for subsets that span the whole file
+    (the bundled kbqa file is sorted by category)."""
+    samples: int = 1
+    """k: answers sampled per question (generation benchmarks); k > 1 needs temperature > 0."""
+    temperature: float = 0.0
+    """0: greedy decoding; above 0: sampling at this temperature (with rollout.top_p)."""
+    max_new_tokens: int = 256
+    """Longest generated answer (HaluEval's Yes/No replies stop at 16, TruthfulQA generation at 64)."""
+    batch_size: int = 16
+    """Sequences per generate / scoring forward pass."""
+    seed: int = 0
+    """Seeds sampling and HaluEval's candidate draw (files without a fixed candidate)."""
+    step_verifier: str = "embedding"
+    """Verifier of reasoning sentences for the step hallucination rate. Deliberately not training's default
+    (lexical), so the policy is not graded by the verifier it was trained against; falls back to lexical with a
+    message when its model is not installed. Other settings come from the verifier section."""
+    judge: str = "similarity"
+    """Judge of free-form answers (truthfulqa_gen, halluqa): similarity (MiniLM; Chinese uses overlap) | overlap |
+    llm (a chat model: evaluation.judge_model, or a server through verifier.server_url)."""
+    judge_model: str | None = None
+    """llm judge: a model name or folder (None: the bundled smollm2-135m, a weak judge), or the server's model."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Per-benchmark data overrides, e.g. {truthfulqa_mc: ../shared/data/truthfulqa.jsonl}: a bundled:<name>,
+    a local file or hf:<id>. Defaults: bundled data, else ../shared/data/<file>, else the hub."""
+    output_dir: str = "runs/eval"
+    """Where summary.json, table.csv and records.jsonl are written."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -313,6 +356,7 @@ class Config:
     filter: FilterConfig = field(default_factory=FilterConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    evaluation: EvalConfig = field(default_factory=EvalConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -339,6 +383,10 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             return None
         inner = [a for a in args if a is not type(None)]
         return _coerce(value, inner[0], where)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
     if origin is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -387,6 +435,8 @@ def _update(obj: Any, values: dict[str, Any], prefix: str) -> None:
             if not isinstance(value, dict):
                 raise ConfigError(f"'{where}' is a section; expected a mapping, got {value!r}")
             _update(current, value, where + ".")
+        elif isinstance(current, dict) and isinstance(value, dict):  # a mapping field: keys merge, as --set adds one
+            setattr(obj, key, {**current, **_coerce(value, types[key], where)})
         else:
             setattr(obj, key, _coerce(value, types[key], where))
 

@@ -242,6 +242,16 @@ def resolve_source(spec: str) -> tuple[str, Path | None]:
     return path.stem, path
 
 
+def read_rows(spec: str, skip_bad_rows: bool = False, stats: dict | None = None) -> list[dict]:
+    """The raw rows of a source (bundled name, local file or hub id), for benchmarks whose items are not
+    QA records (TruthfulQA choices, HaluEval candidates, HalluQA answer lists)."""
+    stats = stats if stats is not None else {}
+    stats.setdefault("skipped", 0)
+    _, path = resolve_source(spec)
+    rows = _rows_from_hub(spec[3:]) if path is None else _rows_from_path(path, skip_bad_rows, stats)
+    return [_plain(row) for _, row in rows]
+
+
 def load_examples(
     spec: str, limit: int | None = None, seed: int | None = None, skip_bad_rows: bool = False, stats: dict | None = None
 ) -> list[QAExample]:

@@ -979,12 +979,42 @@ def build_multihop(out_dir: str | Path) -> dict[str, Any]:
     return {"train": len(train), "test": len(test), "by_type": _counts(train, test, "type")}
 
 
+TRUTHFULQA_SAMPLE_SIZE = 100
+TRUTHFULQA_KEYS = ("type", "category", "question", "best_answer", "correct_answers", "incorrect_answers", "source")
+
+
+def build_truthfulqa_sample(source: str | Path, out_dir: str | Path, size: int = TRUTHFULQA_SAMPLE_SIZE,
+                            seed: int = 0) -> dict[str, Any]:
+    """Write truthfulqa_sample.jsonl: `size` questions of the 817-question TruthfulQA file drawn with
+    random.Random(seed), kept in their original order, fields as in the source (Apache-2.0)."""
+    rows = [json.loads(line) for line in Path(source).read_text(encoding="utf-8").splitlines() if line.strip()]
+    for index, row in enumerate(rows):
+        missing = [k for k in TRUTHFULQA_KEYS if k not in row]
+        if missing:
+            raise ValueError(f"{source}:{index + 1}: missing {', '.join(missing)}")
+    chosen = sorted(random.Random(seed).sample(range(len(rows)), size))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "truthfulqa_sample.jsonl", "w", encoding="utf-8", newline="\n") as handle:
+        for index in chosen:
+            record = {"id": f"truthfulqa-{index}", **{k: rows[index][k] for k in TRUTHFULQA_KEYS}}
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return {"rows": size, "of": len(rows), "by_type": dict(Counter(rows[i]["type"] for i in chosen))}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Command line: rebuild the bundled kbqa and multihop files and print their counts."""
+    """Command line: rebuild the bundled kbqa and multihop files (or, with --truthfulqa, only the TruthfulQA
+    sample) and print their counts."""
     parser = argparse.ArgumentParser(prog="python -m fspo_lite.data_build", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="output folder (default: data)")
     parser.add_argument("--seed", type=int, default=0, help="seed for subject choice, evidence order and split")
+    parser.add_argument("--truthfulqa", metavar="PATH", help="write only truthfulqa_sample.jsonl, drawn from this "
+                        "817-question TruthfulQA file (e.g. ../shared/data/truthfulqa.jsonl)")
     args = parser.parse_args(argv)
+    if args.truthfulqa:
+        stats = {"truthfulqa_sample": build_truthfulqa_sample(args.truthfulqa, args.out, seed=args.seed)}
+        print(json.dumps(stats, indent=2))
+        return stats
     stats = {"kbqa": build_kbqa(args.out, seed=args.seed), "multihop": build_multihop(args.out)}
     print(json.dumps(stats, indent=2))
     return stats

@@ -1,0 +1,336 @@
+"""The evaluation harness: load (or take) a model, run each configured benchmark, tabulate, save.
+
+Generation goes through `rollout.TransformersRollout` (left padding, KV cache, batches of
+`evaluation.batch_size` sequences, k samples per question); TruthfulQA MC through the shared-primer
+log-likelihood scorer (`mc.PrefixScorer`). Every number carries the name of what produced it
+(protocol, judge or verifier) in the table's `by` column and in summary.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..prompts import prompt_text, render_prompt
+from ..rewards import outcome_reward, step_factuality, verify_sentences
+from ..text import extract_answer, parse_number
+from . import metrics as M
+from .benchmarks import BENCHMARKS, load_items, resolve
+from .judges import build_judge
+from .mc import QA_PRIMER, PrefixScorer, qa_context
+
+HALUEVAL_SYSTEM = ("You check answers for hallucination. A hallucinated answer states something false, unsupported "
+                   "or not asked for. Reply with one word: Yes or No.")
+HALUEVAL_MAX_TOKENS = 16
+TRUTHFULQA_GEN_MAX_TOKENS = 64
+
+
+@dataclass
+class EvalResult:
+    """What `evaluate` returns (and writes to evaluation.output_dir)."""
+
+    table: Any
+    """pandas DataFrame, one row per (benchmark, metric): benchmark, metric, value, n, by."""
+    summary: dict
+    """The config, and per benchmark its source, item count, metrics, judge/verifier, seconds and tokens."""
+    records: list[dict] = field(default_factory=list)
+    """One dict per generated answer or scored item: prompt, output, extracted answer, grade ..."""
+
+    def save(self, output_dir: str | Path) -> Path:
+        """Write summary.json, table.csv and records.jsonl into output_dir."""
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=_json_default))
+        self.table.to_csv(out / "table.csv", index=False)
+        with open(out / "records.jsonl", "w", encoding="utf-8") as handle:
+            for record in self.records:
+                handle.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+        return out
+
+
+class _Context:
+    """What the benchmark runners share: model, tokenizer, rollout engine, config, lazily built verifier/judges."""
+
+    def __init__(self, config, model, tokenizer, progress: bool):
+        from ..rollout import TransformersRollout
+
+        self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
+        self.engine = TransformersRollout(
+            model, tokenizer, max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
+            top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size,
+            max_prompt_tokens=config.data.max_prompt_tokens, progress=progress)
+        self._verifier, self._judges = None, {}
+        self.tokens = 0
+
+    def generate(self, prompts: list[str], max_new_tokens: int | None = None, samples: int | None = None) -> list[str]:
+        """k completions per prompt, in prompt order (row i * k + j is sample j of prompt i). Prompts are
+        generated shortest first, so each batch holds prompts of similar length and little left padding."""
+        samples = self.ev.samples if samples is None else samples
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        rollout = self.engine.generate([prompts[i] for i in order], samples, do_sample=self.ev.temperature > 0,
+                                       max_new_tokens=max_new_tokens)
+        self.tokens += int(rollout.completion_mask.sum())
+        texts = [""] * len(rollout.texts)
+        for position, index in enumerate(order):
+            texts[index * samples : (index + 1) * samples] = rollout.texts[position * samples : (position + 1) * samples]
+        return texts
+
+    def verifier(self):
+        """(verifier, its name): evaluation.step_verifier, or lexical when that one cannot load."""
+        if self._verifier is None:
+            from ..models import ModelLoadError
+            from ..verifiers import build_verifier
+
+            settings = dataclasses.replace(self.config.verifier, name=self.ev.step_verifier)
+            try:
+                self._verifier = (build_verifier(settings), self.ev.step_verifier)
+            except ModelLoadError as error:
+                print(f"[fspo_lite] step verifier '{self.ev.step_verifier}' unavailable ({error}); using lexical")
+                self._verifier = (build_verifier(dataclasses.replace(settings, name="lexical")), "lexical")
+        return self._verifier
+
+    def judge(self, language: str):
+        if language not in self._judges:
+            self._judges[language] = build_judge(self.ev.judge, language, self.config)
+        return self._judges[language]
+
+
+def _row(benchmark: str, metric: str, value: float, n: int, by: str) -> dict:
+    return {"benchmark": benchmark, "metric": metric, "value": float(value), "n": n, "by": by}
+
+
+def _grouped(texts: list[str], k: int) -> list[list[str]]:
+    return [texts[i * k : (i + 1) * k] for i in range(len(texts) // k)]
+
+
+def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
+    """SimpleQA-style grades, the k-sample decomposition, EM/F1 and the step hallucination rate."""
+    config, k = ctx.config, ctx.ev.samples
+    prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
+    texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]
+    expanded = [e for e in items for _ in range(k)]
+    verifier, verifier_name = ctx.verifier()
+    verdicts = verify_sentences(expanded, texts, verifier, config.verifier.threshold, require_format=False)
+    records, grades, ems, f1s, formats = [], [], [], [], []
+    for index, (example, text, verdict) in enumerate(zip(expanded, texts, verdicts)):
+        outcome = outcome_reward(example, text)
+        grade = M.simpleqa_grade(outcome.correct, outcome.unknown)
+        em, f1 = float(outcome.correct), outcome.f1  # EM / best token F1 over the gold answers (grade_answer)
+        grades.append(grade), ems.append(em), f1s.append(f1), formats.append(outcome.format_ok)
+        records.append({"benchmark": name, "id": example.id, "sample": index % k, "prompt": prompts[index // k],
+                        "output": text, "answer": outcome.answer, "gold": example.answers, "grade": grade,
+                        "em": em, "f1": f1, "format_ok": outcome.format_ok,
+                        "sentence_labels": verdict.labels})
+    n = len(items)
+    rows = [_row(name, metric, value, len(grades), "SimpleQA-style grade (EM after normalisation; 'Unknown' = "
+                 "not attempted)") for metric, value in M.simpleqa_summary(grades).items()]
+    rows += [_row(name, "em", M.mean(ems), len(ems), "HotpotQA normalisation"),
+             _row(name, "f1", M.mean(f1s), len(f1s), "HotpotQA normalisation"),
+             _row(name, "format_rate", M.mean([float(f) for f in formats]), len(formats), "<think>/<answer> tags")]
+    factual, verified = step_factuality(verdicts)
+    rows.append(_row(name, "step_hallucination_rate", 1 - factual if verified else math.nan, verified,
+                     f"verifier: {verifier_name} (share of checkable reasoning sentences unsupported by the evidence)"))
+    rows += [_row(name, f"decomp_{cls}", value, n, f"percent of questions, k={k} samples")
+             for cls, value in M.decomposition(_grouped(grades, k)).items()]
+    return rows, records
+
+
+def run_math(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
+    """pass@1 (mean over the k samples) and unbiased pass@k; the answer is the <answer>/\\boxed content, else the
+    last number of the response; compared by fspo_lite.grading (never evaluated)."""
+    from ..rewards import grade_answer
+
+    config, k = ctx.config, ctx.ev.samples
+    prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
+    texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]
+    records, correct = [], []
+    for index, text in enumerate(texts):
+        example = items[index // k]
+        answer = extract_answer(text)
+        if answer is None:
+            number = parse_number(text)
+            answer = None if number is None else str(number)
+        ok, _ = grade_answer(example, answer)
+        correct.append(ok)
+        records.append({"benchmark": name, "id": example.id, "sample": index % k, "prompt": prompts[index // k],
+                        "output": text, "answer": answer, "gold": example.answers,
+                        "grade": M.CORRECT if ok else M.INCORRECT})
+    per_question = [sum(group) for group in _grouped(correct, k)]
+    by = "answer equivalence (fspo_lite.grading, sandboxed)"
+    rows = [_row(name, "pass@1", M.mean([c / k for c in per_question]), len(items), by)]
+    if k > 1:
+        rows.append(_row(name, f"pass@{k}", M.mean([M.pass_at_k(k, c, k) for c in per_question]), len(items), by))
+    return rows, records
+
+
+def run_truthfulqa_mc(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
+    """MC1 and MC2 from summed choice log-likelihoods after the 6-shot QA primer (lm-eval style)."""
+    scorer = PrefixScorer(ctx.model, ctx.tokenizer, QA_PRIMER + "\n\nQ:", batch_size=ctx.ev.batch_size)
+    pairs, where = [], {}
+    for item in items:
+        for choice in [item.best_answer, *item.mc1_incorrect, *item.correct_answers, *item.incorrect_answers]:
+            key = (item.question, choice)
+            if key not in where:
+                where[key] = len(pairs)
+                pairs.append((qa_context(item.question), " " + choice))
+    scores = scorer.score(pairs, progress=ctx.progress)
+    records, mc1s, mc2s = [], [], []
+    for item in items:
+        s = {c: scores[where[(item.question, c)]] for c in
+             {item.best_answer, *item.mc1_incorrect, *item.correct_answers, *item.incorrect_answers}}
+        mc1 = M.mc1(s[item.best_answer], [s[c] for c in item.mc1_incorrect])
+        mc2 = M.mc2([s[c] for c in item.correct_answers], [s[c] for c in item.incorrect_answers])
+        mc1s.append(mc1), mc2s.append(mc2)
+        records.append({"benchmark": name, "id": item.id, "prompt": qa_context(item.question), "choices": s,
+                        "mc1": mc1, "mc2": mc2, "grade": "CORRECT" if mc1 else "INCORRECT"})
+    by = "summed choice log-likelihood, 6-shot QA primer"
+    return [_row(name, "mc1", M.mean(mc1s), len(items), by), _row(name, "mc2", M.mean(mc2s), len(items), by)], records
+
+
+def _first_paragraph(text: str) -> str:
+    """A primer-style completion ends where the model starts the next Q/A pair or a blank line."""
+    for stop in ("\n\n", "\nQ:"):
+        text = text.split(stop, 1)[0]
+    return text.strip()
+
+
+def run_truthfulqa_gen(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
+    """Greedy (or sampled) answers after the QA primer, judged against the reference answers."""
+    k = ctx.ev.samples
+    prompts = [qa_context(item.question) for item in items]
+    outputs = ctx.generate(prompts, max_new_tokens=min(ctx.ev.max_new_tokens, TRUTHFULQA_GEN_MAX_TOKENS))
+    answers = [_first_paragraph(t) for t in outputs]
+    expanded = [item for item in items for _ in range(k)]
+    judge = ctx.judge("en")
+    verdicts = judge.judge([i.question for i in expanded], answers, [i.correct_answers for i in expanded],
+                           [i.incorrect_answers for i in expanded])
+    records = [{"benchmark": name, "id": item.id, "sample": index % k, "prompt": prompts[index // k],
+                "output": output, "answer": answer, "truthful": v["truthful"], "informative": v["informative"],
+                "grade": "TRUTHFUL" if v["truthful"] else "UNTRUTHFUL"}
+               for index, (item, output, answer, v) in enumerate(zip(expanded, outputs, answers, verdicts))]
+    by = f"judge: {judge.name} ({judge.description})"
+    rows = [_row(name, "truthful_ratio", M.mean([float(v["truthful"]) for v in verdicts]), len(verdicts), by)]
+    if judge.judges_informative:
+        rows.append(_row(name, "informative_ratio", M.mean([float(v["informative"]) for v in verdicts]),
+                         len(verdicts), by))
+        rows.append(_row(name, "truthful_and_informative", M.mean(
+            [float(v["truthful"] and v["informative"]) for v in verdicts]), len(verdicts), by))
+    return rows, records
+
+
+def run_halueval(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
+    """The model says whether each candidate answer is hallucinated; both or neither of Yes/No is wrong."""
+    prompts = [render_prompt(ctx.tokenizer, [
+        {"role": "system", "content": HALUEVAL_SYSTEM},
+        {"role": "user", "content": f"Question: {item.question}\nAnswer: {item.candidate}\n\n"
+                                    "Is this answer hallucinated? Reply Yes or No."}]) for item in items]
+    replies = ctx.generate(prompts, max_new_tokens=HALUEVAL_MAX_TOKENS, samples=1)
+    records, correct, judgements = [], [], []
+    for item, prompt, reply in zip(items, prompts, replies):
+        judgement = M.parse_judgement(reply)
+        ok = M.halueval_correct(reply, item.is_hallucinated)
+        correct.append(float(ok)), judgements.append(judgement)
+        records.append({"benchmark": name, "id": item.id, "prompt": prompt, "output": reply,
+                        "answer": {True: "Yes", False: "No", None: None}[judgement],
+                        "is_hallucinated": item.is_hallucinated, "grade": "CORRECT" if ok else "INCORRECT"})
+    by = "model as judge, greedy Yes/No (both or neither = wrong)"
+    n = len(items)
+    rows = [_row(name, "accuracy", M.mean(correct), n, by),
+            _row(name, "yes_rate", M.mean([float(j is True) for j in judgements]), n, by),
+            _row(name, "invalid_rate", M.mean([float(j is None) for j in judgements]), n, by)]
+    for label, flag in (("accuracy_hallucinated", True), ("accuracy_right", False)):
+        subset = [c for c, item in zip(correct, items) if item.is_hallucinated == flag]
+        rows.append(_row(name, label, M.mean(subset), len(subset), by))
+    return rows, records
+
+
+def run_halluqa(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
+    """Answers to the Chinese questions, judged against the best and wrong answers; per category too."""
+    k = ctx.ev.samples
+    prompts = [render_prompt(ctx.tokenizer, [{"role": "user", "content": item.question}]) for item in items]
+    outputs = [t.strip() for t in ctx.generate(prompts)]
+    expanded = [item for item in items for _ in range(k)]
+    judge = ctx.judge("zh")
+    verdicts = judge.judge([i.question for i in expanded], outputs, [i.best_answers for i in expanded],
+                           [i.wrong_answers for i in expanded])
+    records = [{"benchmark": name, "id": item.id, "sample": index % k, "category": item.category,
+                "prompt": prompts[index // k], "output": output, "answer": output,
+                "grade": "NON_HALLUCINATED" if v["truthful"] else "HALLUCINATED"}
+               for index, (item, output, v) in enumerate(zip(expanded, outputs, verdicts))]
+    by = f"judge: {judge.name} ({judge.description})"
+    ok = [float(v["truthful"]) for v in verdicts]
+    rows = [_row(name, "non_hallucination_rate", M.mean(ok), len(ok), by)]
+    for category in ("misleading", "misleading-hard", "knowledge"):
+        subset = [o for o, item in zip(ok, expanded) if item.category == category]
+        if subset:
+            rows.append(_row(name, f"non_hallucination_rate_{category}", M.mean(subset), len(subset), by))
+    return rows, records
+
+
+RUNNERS = {"short_qa": run_short_qa, "math": run_math, "truthfulqa_mc": run_truthfulqa_mc,
+           "truthfulqa_gen": run_truthfulqa_gen, "halueval": run_halueval, "halluqa": run_halluqa}
+
+
+def load_eval_model(config):
+    """(model, tokenizer) of config.model for evaluation: the base model, plus model.adapter_path when set."""
+    from ..models import load_policy
+
+    model, tokenizer = load_policy(dataclasses.replace(config.model, lora=bool(config.model.adapter_path)),
+                                   seed=config.evaluation.seed)
+    return model.eval(), tokenizer
+
+
+def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalResult:
+    """Run config.evaluation.benchmarks on a model (loaded from config.model unless given) and save the results.
+
+    A model passed in (a PEFT model included) is used as it is, with its tokenizer.
+    """
+    import pandas as pd
+
+    ev = config.evaluation
+    if ev.samples < 1:
+        raise ValueError("evaluation.samples must be at least 1")
+    if ev.samples > 1 and ev.temperature <= 0:
+        raise ValueError("evaluation.samples > 1 needs evaluation.temperature > 0 (greedy answers would repeat)")
+    for name in ev.benchmarks:
+        if name not in BENCHMARKS:
+            raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+    if model is None:
+        model, tokenizer = load_eval_model(config)
+    elif tokenizer is None:
+        raise ValueError("pass the tokenizer together with the model")
+    ctx = _Context(config, model, tokenizer, progress)
+    sources = {"kbqa": config.data.eval, **ev.sources}
+    rows, records, per_benchmark = [], [], {}
+    for name in ev.benchmarks:
+        spec = resolve(name, sources)
+        items = load_items(name, spec, ev.limit, ev.seed, ev.shuffle)
+        torch.manual_seed(ev.seed)
+        tokens_before, start = ctx.tokens, time.perf_counter()
+        if progress:
+            print(f"[fspo_lite] {name}: {len(items)} items from {spec}")
+        new_rows, new_records = RUNNERS[BENCHMARKS[name].kind](ctx, name, items)
+        seconds = time.perf_counter() - start
+        rows += new_rows
+        records += new_records
+        per_benchmark[name] = {"source": spec, "items": len(items), "seconds": round(seconds, 2),
+                               "generated_tokens": ctx.tokens - tokens_before,
+                               "metrics": {r["metric"]: r["value"] for r in new_rows},
+                               "by": {r["metric"]: r["by"] for r in new_rows}}
+    table = pd.DataFrame(rows, columns=["benchmark", "metric", "value", "n", "by"])
+    summary = {"model": config.model.name, "adapter": config.model.adapter_path, "benchmarks": per_benchmark,
+               "config": config.to_dict()}
+    result = EvalResult(table, summary, records)
+    result.save(ev.output_dir)
+    return result
+
+
+def _json_default(value):
+    return float(value) if isinstance(value, (float, int)) else str(value)

@@ -1,0 +1,39 @@
+"""Integration test: the whole lite notebook sequence (quick profile) under papermill, through the CLI.
+
+The quick profile trains the tiny random model for one step per run (notebook 02 samples a few tokens from the real
+SmolLM2), so its numbers mean nothing; what is checked is that every notebook runs and writes what the next one
+and the README rely on. About half a minute on 2 CPU cores.
+"""
+
+import json
+
+import pytest
+
+from fspo_lite.__main__ import main
+from fspo_lite.experiment import load_profile
+
+pytest.importorskip("papermill")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_quick_profile_runs_the_notebook_sequence(tmp_path, capsys):
+    assert main(["lite", "--profile", "quick", "--out", str(tmp_path), "--quiet"]) == 0
+    assert "profile quick" in capsys.readouterr().out
+    profile = load_profile("quick")
+    for name, _ in profile.notebooks:
+        executed = json.loads((tmp_path / "results" / "notebooks" / name).read_text())
+        assert any(c.get("outputs") for c in executed["cells"] if c["cell_type"] == "code"), name
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    trained = dict(profile.notebooks)["03_train_fspo.ipynb"]
+    assert set(summary["methods"]) == {"base", *trained["methods"]}
+    assert len(summary["runs"]) == 1 + len(trained["methods"]) * len(trained["seeds"])
+    assert summary["goal"]["baseline"] == "grpo" and "met" in summary["goal"]
+    assert set(summary["job"]["notebook_seconds"]) == {name for name, _ in profile.notebooks}
+    assert "| fspo | 1 |" in (tmp_path / "results" / "summary.md").read_text()
+    for figure in ("training_curves", "accuracy_vs_hallucination", "decomposition"):
+        assert (tmp_path / "figures" / f"quick_{figure}.png").stat().st_size > 1000
+    heldout = json.loads((tmp_path / "runs" / "fspo_s0" / "heldout.json").read_text())
+    assert heldout["judge"] == "embedding" and heldout["train_verifier"] == "lexical"
+    assert {f"{b}." for b in trained["eval_benchmarks"]} <= {k.split(".")[0] + "." for k in heldout["metrics"]}
+    assert (tmp_path / "runs" / "fspo_s0" / "eval" / "records.jsonl").exists()

@@ -124,7 +124,9 @@ def summary_line(results: dict[str, dict]) -> str:
         ratio = result["ratios"]
         text = f"{model}: time {ratio['time_ratio']:.2f}x TRL, peak memory {ratio['memory_ratio']:.2f}x TRL"
         if result.get("fspo_overhead"):
-            text += f", FSPO work {100 * result['fspo_overhead']['share']:.1f}% of a GRPO step"
+            overhead = result["fspo_overhead"]
+            text += (f", FSPO work {100 * overhead['share']:.2f}% of a GRPO step "
+                     f"({overhead['verified_sentences']:.0f} sentences verified)")
         items.append(text)
     return "RATIOS " + " | ".join(items)
 
@@ -415,8 +417,8 @@ def report(model: str, result: dict) -> str:
     lines.append(f"  ratios   : step time {r['time_ratio']:.2f}x, peak memory {r['memory_ratio']:.2f}x (fspo-lite / TRL)")
     if result["fspo_overhead"]:
         o = result["fspo_overhead"]
-        lines.append(f"  FSPO work: {o['fspo_s']:.3f} s per step on top of {o['grpo_step_s']:.2f} s "
-                     f"({100 * o['share']:.1f}%), {o['verified_sentences']:.0f} sentences verified per step")
+        lines.append(f"  FSPO work: {o['fspo_s']:.4f} s per step on top of {o['grpo_step_s']:.2f} s "
+                     f"({100 * o['share']:.2f}%), {o['verified_sentences']:.0f} sentences verified per step")
     return "\n".join(lines)
 
 
@@ -428,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--overhead-steps", type=int, default=3, help="natural-length FSPO steps (0: skip)")
     parser.add_argument("--max-new-tokens", type=int, default=BenchSettings.max_new_tokens)
     parser.add_argument("--beta", type=float, default=BenchSettings.beta)
+    parser.add_argument("--verifier", default=BenchSettings.verifier, help="verifier.name for the FSPO advantages")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: both trainers on the GPU, peak = max allocated GPU memory")
     parser.add_argument("--threads", type=int, default=BenchSettings.threads, help="torch CPU threads per worker")
@@ -438,7 +441,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     for model in args.models.split(","):
         settings = BenchSettings(model=model, max_new_tokens=args.max_new_tokens, beta=args.beta, device=args.device,
-                                 threads=args.threads)
+                                 threads=args.threads, verifier=args.verifier)
         results[model] = run_model(settings, args.steps, args.warmup, args.overhead_steps)
         print(report(model, results[model]), flush=True)
     if args.out:

@@ -46,13 +46,13 @@ def test_fspo_overhead_is_a_share_of_the_rest_of_the_step():
 def test_summary_line_is_one_line_with_every_model():
     results = {
         "smollm2-135m": {"ratios": {"time_ratio": 0.456, "memory_ratio": 0.5},
-                         "fspo_overhead": {"share": 0.0712}},
+                         "fspo_overhead": {"share": 0.0712, "verified_sentences": 9}},
         "tiny": {"ratios": {"time_ratio": 0.4, "memory_ratio": 0.31}, "fspo_overhead": None},
     }
     line = summary_line(results)
     assert "\n" not in line
-    assert line == ("RATIOS smollm2-135m: time 0.46x TRL, peak memory 0.50x TRL, FSPO work 7.1% of a GRPO step"
-                    " | tiny: time 0.40x TRL, peak memory 0.31x TRL")
+    assert line == ("RATIOS smollm2-135m: time 0.46x TRL, peak memory 0.50x TRL, FSPO work 7.12% of a GRPO step "
+                    "(9 sentences verified) | tiny: time 0.40x TRL, peak memory 0.31x TRL")
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs")

@@ -7,7 +7,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test test-fast test-gpu lite lite-quick train-smoke clean-notebooks check-notebooks bench-gpu
+.PHONY: setup test test-fast test-gpu lite lite-quick train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,12 @@ test-gpu: $(STAMP)
 
 bench-gpu: test-gpu
 	$(BIN)/python scripts/bench_gpu.py --out docs/gpu_results.jsonl
+
+# fspo-lite's training step against TRL's GRPOTrainer on this CPU (docs/performance.md); TRL comes from the
+# `bench` extra, which the tests never need. Run it alone: other jobs on the machine distort the timings.
+bench-cpu: $(STAMP)
+	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[bench]'
+	$(BIN)/python bench/grpo_step.py --out results/bench_grpo_step.jsonl
 
 # Notebooks are committed without outputs (the test suite checks it)
 clean-notebooks:

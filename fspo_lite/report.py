@@ -2,7 +2,7 @@
 
 The aggregation functions are pure (tested on hand-made inputs in tests/test_report.py); the plot functions
 only draw what they are given. A run folder holds the trainer's metrics.jsonl / samples.jsonl and the
-held-out result heldout.json written by notebook 03 (`fspo_lite.experiment.heldout_eval`).
+held-out result heldout.json written by notebook 03 (`fspo_lite.experiment.evaluate_run`).
 """
 
 from __future__ import annotations

@@ -248,3 +248,14 @@ def test_shuffled_subset_is_seeded_and_spans_the_file():
     rows = load_items("truthfulqa_mc", "bundled:truthfulqa_sample", 5, seed=1, shuffle=True)
     assert len(rows) == 5 and [r.id for r in rows] != [r.id for r in load_items("truthfulqa_mc",
                                                                                  "bundled:truthfulqa_sample", 5)]
+
+
+def test_shuffled_subsets_keep_file_row_ids(tmp_path):
+    rows = [{"question": f"q{i}", "candidate": f"c{i}", "candidate_is_hallucinated": i % 2 == 0} for i in range(30)]
+    path = tmp_path / "halueval.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    picked = load_items("halueval", str(path), limit=5, seed=3, shuffle=True)
+    assert [i.question for i in picked] != [f"q{n}" for n in range(5)]  # a random draw, not the prefix
+    assert all(item.id == f"halueval-{item.question[1:]}" for item in picked)  # the id names the file row
+    assert all(item.candidate == f"c{item.question[1:]}" for item in picked)
+    assert [i.id for i in load_items("halueval", str(path), limit=3)] == ["halueval-0", "halueval-1", "halueval-2"]

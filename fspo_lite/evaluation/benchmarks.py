@@ -125,12 +125,13 @@ class HaluEvalItem:
     is_hallucinated: bool
 
 
-def halueval_items(rows: list[dict], seed: int) -> list[HaluEvalItem]:
+def halueval_items(rows: list[dict], seed: int, row_numbers: list[int] | None = None) -> list[HaluEvalItem]:
     """One candidate per row: the file's own `candidate` when it has one, else the right or the hallucinated
-    answer drawn with `random.Random(seed)` in row order (the same draw for the same file and seed)."""
+    answer drawn with `random.Random(seed)` in row order (the same draw for the same file and seed).
+    `row_numbers` (default 0, 1, ...) are the rows' positions in the file, used in the item ids."""
     rng = random.Random(seed)
     items = []
-    for index, row in enumerate(rows):
+    for index, row in zip(row_numbers if row_numbers is not None else range(len(rows)), rows):
         if "candidate" in row:
             candidate, hallucinated = row["candidate"], bool(row["candidate_is_hallucinated"])
         else:
@@ -166,13 +167,15 @@ def load_items(name: str, spec: str, limit: int | None = None, seed: int = 0, sh
                 example.task = "math"
         return examples
     rows = read_rows(spec)
+    row_numbers = list(range(len(rows)))  # file positions, so item ids name the row whatever the subset
     if shuffle:
-        random.Random(seed).shuffle(rows)
-    rows = rows[:limit] if limit else rows
+        random.Random(seed).shuffle(row_numbers)
+    row_numbers = row_numbers[:limit] if limit else row_numbers
+    rows = [rows[i] for i in row_numbers]
     if kind in ("truthfulqa_mc", "truthfulqa_gen"):
-        return [truthfulqa_item(row, i) for i, row in enumerate(rows)]
+        return [truthfulqa_item(row, i) for i, row in zip(row_numbers, rows)]
     if kind == "halueval":
-        return halueval_items(rows, seed)
+        return halueval_items(rows, seed, row_numbers)
     if kind == "halluqa":
-        return [halluqa_item(row, i) for i, row in enumerate(rows)]
+        return [halluqa_item(row, i) for i, row in zip(row_numbers, rows)]
     raise ValueError(f"no loader for benchmark kind {kind!r}")

@@ -126,12 +126,18 @@ def selective_log_softmax(logits: torch.Tensor, tokens: torch.Tensor, chunk_size
     return torch.cat(out)
 
 
-def entropy_from_logits(logits: torch.Tensor, chunk_size: int = 4) -> torch.Tensor:
-    """Per-position entropy of softmax(logits), computed in row chunks (no gradient needed)."""
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int = 1) -> torch.Tensor:
+    """Per-position entropy of softmax(logits), one row chunk at a time (no gradient needed).
+
+    H = logsumexp(z) - sum_v p_v z_v: two vocabulary-sized temporaries per chunk (the softmax and
+    logsumexp's own), where log_softmax -> exp -> product would need three.
+    """
     out = []
     for rows in logits.split(chunk_size):
-        logp = torch.log_softmax(rows.float(), dim=-1)
-        out.append(-(logp.exp() * logp).sum(-1))
+        rows = rows.float()
+        probabilities = torch.softmax(rows, dim=-1)
+        expected = torch.einsum("...v,...v->...", probabilities, rows)
+        out.append(torch.logsumexp(rows, dim=-1) - expected)
     return torch.cat(out)
 
 

@@ -91,6 +91,9 @@ class RolloutConfig:
     top_p: float = 1.0
     generation_batch_size: int = 64
     """Sequences generated at once (prompts x samples)."""
+    share_prompt_prefill: bool = True
+    """transformers engine: encode each distinct prompt once and copy its KV cache to its samples before
+    decoding (the same distribution; saves (G-1)/G of the prompt encoding)."""
     use_sampler_logprobs: bool = False
     """vLLM engines, train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached
     current policy, so the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the
@@ -290,7 +293,12 @@ class TrainConfig:
     ppo_epochs: int = 1
     """mu: passes over each batch of rollouts. 1 means pi_old = pi_theta (ratio 1)."""
     micro_batch_size: int = 8
-    """Sequences per forward/backward; gradients accumulate over the step's batch."""
+    """Sequences per forward/backward; gradients accumulate over the step's batch. A multiple of
+    rollout.group_size lets share_prompt_pass encode each prompt once per micro-batch."""
+    share_prompt_pass: bool = True
+    """In the log-prob passes, run each distinct prompt once and let its G responses attend to the copied
+    keys/values (gradients flow through the copies: same update up to float rounding, less compute and
+    activation memory). Used only with one process and without gradient checkpointing."""
     max_grad_norm: float = 1.0
     seed: int = 0
     output_dir: str = "runs/default"

@@ -7,6 +7,7 @@ import contextlib
 import torch
 
 from .algos import entropy_from_logits, selective_log_softmax
+from .shared_prompts import distinct_prompts, prompt_positions, shared_prompt_pass
 
 
 def completion_logprobs(
@@ -17,6 +18,7 @@ def completion_logprobs(
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) for every completion token, shape (B, C), and optionally the entropy.
 
@@ -24,23 +26,43 @@ def completion_logprobs(
     is taken a few rows at a time, so the (B, T, V) float32 log-softmax never exists. Logits are
     divided by the sampling temperature, as the sampler did. Position ids follow the attention
     mask, so left padding does not shift positions.
+
+    share_prompts: rows with the same prompt (the G responses of a group) share one pass over it
+    (`fspo_lite.shared_prompts`); the completions then attend to the copied prompt keys/values.
+    Same values up to float rounding; the model must keep its KV cache (no gradient checkpointing).
     """
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    position_ids = prompt_positions(attention_mask)
     width = completion_ids.shape[1]
-    logits = model(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        logits_to_keep=width + 1, use_cache=False,
-    ).logits[:, :-1, :]
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp = selective_log_softmax(logits, completion_ids)
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits.detach())
-    return logp, entropy
+    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prompts else None
+    if groups is None:
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        logits = model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            logits_to_keep=width + 1, use_cache=False,
+        ).logits[:, :-1, :]
+        pieces = [(logits, completion_ids)]
+    else:
+        # the last prompt position predicts the first completion token; the completion pass the rest
+        cache, first_logits = shared_prompt_pass(model, prompt_ids, prompt_mask, groups)
+        pieces = [(first_logits, completion_ids[:, :1])]
+        if width > 1:
+            prompt_width = prompt_ids.shape[1]
+            rest = model(
+                input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1],
+                position_ids=position_ids[:, prompt_width:-1], past_key_values=cache, use_cache=True,
+            ).logits
+            pieces.append((rest, completion_ids[:, 1:]))
+    logps, entropies = [], []
+    for logits, tokens in pieces:
+        if temperature != 1.0:
+            logits = logits / temperature
+        logps.append(selective_log_softmax(logits, tokens))
+        if with_entropy:
+            with torch.no_grad():
+                entropies.append(entropy_from_logits(logits.detach()))
+    logp = torch.cat(logps, dim=1)
+    return logp, torch.cat(entropies, dim=1) if with_entropy else None
 
 
 def reference_context(model):

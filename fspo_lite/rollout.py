@@ -1,7 +1,8 @@
 """Rollout engines: prompts in, sampled completions (token ids and text) out.
 
 `TransformersRollout` batches prompts x samples through `model.generate` with left padding
-and the KV cache, and stops as soon as every sequence has produced EOS. The vLLM engines
+and the KV cache, encodes each distinct prompt once for its samples (`fspo_lite.shared_prompts`),
+and stops as soon as every sequence has produced EOS. The vLLM engines
 (GPU) live in `fspo_lite.vllm_rollout` behind the same `generate` signature.
 """
 
@@ -11,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
+
+from .shared_prompts import distinct_prompts, shared_prompt_pass
 
 
 @dataclass
@@ -65,7 +68,7 @@ class TransformersRollout:
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
-                 generate_kwargs: dict | None = None):
+                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -76,12 +79,14 @@ class TransformersRollout:
         self.progress = progress
         self.generate_kwargs = generate_kwargs or {}
         """Extra `model.generate` arguments (synced_gpus=True when weights are sharded over ranks)."""
+        self.share_prompt_prefill = share_prompt_prefill
 
     @classmethod
     def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
                     generate_kwargs: dict | None = None):
         return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
-                   rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs)
+                   rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
+                   rollout_config.share_prompt_prefill)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -104,7 +109,7 @@ class TransformersRollout:
                 else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
             output = model.generate(
                 **encoded, max_new_tokens=max_new_tokens or self.max_new_tokens, eos_token_id=eos,
-                pad_token_id=pad_id, use_cache=True, **sampling, **self.generate_kwargs,
+                pad_token_id=pad_id, use_cache=True, **sampling, **self._prefilled(encoded), **self.generate_kwargs,
             )
             chunks.append((encoded["input_ids"], encoded["attention_mask"], output[:, encoded["input_ids"].shape[1]:]))
         model.train(was_training)
@@ -120,6 +125,16 @@ class TransformersRollout:
             skip_special_tokens=True, clean_up_tokenization_spaces=False,
         )
         return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples)
+
+    def _prefilled(self, encoded) -> dict:
+        """`past_key_values` holding all but the last prompt token, encoded once per distinct prompt
+        (generate then feeds the last token and decodes); empty when no prompt repeats."""
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        groups = distinct_prompts(ids, mask) if self.share_prompt_prefill and ids.shape[1] > 1 else None
+        if groups is None:
+            return {}
+        cache, _ = shared_prompt_pass(self.model, ids[:, :-1], mask[:, :-1], groups)
+        return {"past_key_values": cache}
 
 
 ROLLOUT_ENGINES = ("transformers", "vllm", "vllm-server")

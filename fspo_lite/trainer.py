@@ -29,6 +29,7 @@ from .models import load_policy, trainable_parameter_count
 from .prompts import prompt_text
 from .rewards import advantages_from_scores, build_judges, score_rollouts
 from .rollout import Rollout, build_rollout_engine
+from .shared_prompts import uses_gradient_checkpointing
 from .verifiers import build_verifier
 
 
@@ -119,6 +120,10 @@ class Trainer:
         # (unwrapped, same weights) generates, gives the reference pass and is saved
         self.train_model, self.optimizer = self.dist.prepare(model, optimizer)
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
+        # one pass per distinct prompt in the log-prob passes: needs the KV cache (no gradient checkpointing)
+        # and a plain module (a DDP/FSDP wrapper expects one forward per backward)
+        self.share_prompts = (config.train.share_prompt_pass and self.dist.world_size == 1
+                              and not uses_gradient_checkpointing(model))
         if self.reference is not None:
             self.reference.to(self.dist.device)
         self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
@@ -267,7 +272,7 @@ class Trainer:
     def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):
         return completion_logprobs(
             model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows],
-            rollout.completion_mask[rows], self.config.rollout.temperature, with_entropy,
+            rollout.completion_mask[rows], self.config.rollout.temperature, with_entropy, self.share_prompts,
         )
 
     @torch.no_grad()

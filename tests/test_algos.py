@@ -143,3 +143,15 @@ def test_entropy_from_logits():
     assert algos.entropy_from_logits(uniform)[0].tolist() == pytest.approx([math.log(4)] * 2)
     peaked = torch.tensor([[[100.0, 0.0, 0.0, 0.0]]])
     assert algos.entropy_from_logits(peaked)[0, 0].item() == pytest.approx(0.0, abs=1e-6)
+    two_way = torch.tensor([[[math.log(3.0), 0.0]]])  # p = (3/4, 1/4)
+    expected = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert algos.entropy_from_logits(two_way)[0, 0].item() == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3])
+def test_entropy_from_logits_matches_the_definition(chunk_size):
+    torch.manual_seed(0)
+    logits = torch.randn(5, 7, 11, dtype=torch.float64) * 4
+    logp = torch.log_softmax(logits, -1)
+    expected = -(logp.exp() * logp).sum(-1)
+    assert torch.allclose(algos.entropy_from_logits(logits, chunk_size=chunk_size).double(), expected, atol=1e-5)

@@ -1,0 +1,67 @@
+"""Run each distinct prompt through the model once and give its keys/values to every row that repeats it.
+
+A GRPO batch holds G responses per prompt, so the same prompt tokens appear G times, and with a
+long prompt (system text, demonstrations) they are most of the tokens. Encoding each distinct
+prompt once and copying its KV cache to its G rows gives the logits of the full pass (up to float
+rounding, from the different batch shapes) at 1/G of the prompt's compute and activation memory.
+Autograd follows the copies, so gradients reach the shared prompt pass and a LoRA update is the
+same as with the full pass.
+
+Used by the transformers rollout engine (prefill before decoding) and by the log-probability
+passes of the update. It needs a model that returns a KV cache: gradient checkpointing drops the
+cache in training mode, so `uses_gradient_checkpointing` lets callers fall back to the full pass.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Group identical prompt rows.
+
+    Returns (first, owner): `first[j]` is the first row holding distinct prompt j (in row order) and
+    `owner[i]` the distinct prompt of row i, so `prompt_ids[first][owner] == prompt_ids`. None when
+    no two rows share a prompt (nothing to save).
+    """
+    rows = prompt_ids.shape[0]
+    if rows < 2:
+        return None
+    keys = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)
+    unique, inverse = torch.unique(keys, dim=0, return_inverse=True)
+    if unique.shape[0] == rows:
+        return None
+    order = torch.arange(rows, device=keys.device)
+    first = torch.full((unique.shape[0],), rows, dtype=torch.long, device=keys.device)
+    first = first.scatter_reduce(0, inverse, order, reduce="amin")
+    # renumber distinct prompts by first appearance, so `first` is in row order
+    rank = torch.empty_like(first)
+    rank[first.argsort()] = torch.arange(first.shape[0], device=keys.device)
+    return first.sort().values, rank[inverse]
+
+
+def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that follow the mask (left padding does not shift the real tokens)."""
+    return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+
+
+def shared_prompt_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                       groups: tuple[torch.Tensor, torch.Tensor], logits_to_keep: int = 1):
+    """Encode the distinct prompts once; return (KV cache with one row per input row, their last logits).
+
+    The logits are those of the last `logits_to_keep` prompt positions, copied to every row like the cache.
+    """
+    first, owner = groups
+    mask = prompt_mask[first]
+    output = model(input_ids=prompt_ids[first], attention_mask=mask, position_ids=prompt_positions(mask),
+                   use_cache=True, logits_to_keep=logits_to_keep)
+    cache = output.past_key_values
+    if cache is None:
+        raise RuntimeError("the model returned no KV cache (gradient checkpointing on?); use the full pass")
+    cache.batch_select_indices(owner)
+    return cache, output.logits[owner]
+
+
+def uses_gradient_checkpointing(model) -> bool:
+    """True when any layer recomputes activations (such layers ignore the KV cache while training)."""
+    return any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())

@@ -1,0 +1,130 @@
+"""One pass per distinct prompt (fspo_lite.shared_prompts): grouping, and equality with the full pass
+in log-probs, entropies, gradients, greedy rollouts and a whole training step."""
+
+import pytest
+import torch
+
+from fspo_lite.config import load_config
+from fspo_lite.logprobs import completion_logprobs
+from fspo_lite.models import load_policy
+from fspo_lite.rollout import TransformersRollout
+from fspo_lite.shared_prompts import distinct_prompts, prompt_positions, uses_gradient_checkpointing
+from fspo_lite.trainer import Trainer
+
+
+def test_distinct_prompts_groups_rows_in_order_of_first_appearance():
+    ids = torch.tensor([[5, 6], [1, 2], [5, 6], [1, 2], [1, 2]])
+    mask = torch.ones_like(ids)
+    first, owner = distinct_prompts(ids, mask)
+    assert first.tolist() == [0, 1]
+    assert owner.tolist() == [0, 1, 0, 1, 1]
+    assert torch.equal(ids[first][owner], ids)
+
+
+def test_distinct_prompts_tells_masks_apart_and_returns_none_without_repeats():
+    ids = torch.tensor([[0, 7], [0, 7], [3, 4]])
+    mask = torch.tensor([[0, 1], [1, 1], [1, 1]])  # same ids, different padding: different prompts
+    assert distinct_prompts(ids, mask) is None
+    assert distinct_prompts(ids[:1], mask[:1]) is None  # a single row
+    first, owner = distinct_prompts(torch.tensor([[9], [9]]), torch.tensor([[1], [1]]))
+    assert first.tolist() == [0] and owner.tolist() == [0, 0]
+
+
+def test_prompt_positions_follow_the_mask():
+    mask = torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])
+    assert prompt_positions(mask).tolist() == [[0, 0, 0, 1], [0, 1, 2, 3]]
+
+
+@pytest.fixture(scope="module")
+def tiny_lora():
+    config = load_config("configs/tiny.yaml", ["model.lora=true"])
+    model, tokenizer = load_policy(config.model, seed=0)
+    torch.manual_seed(1)
+    with torch.no_grad():  # a non-zero adapter, so its gradients and outputs are not trivially equal
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(0, 0.02)
+    return model, tokenizer
+
+
+def _rollout(model, tokenizer, share: bool, max_new_tokens: int = 10):
+    # prompts of different lengths (left padding), 3 samples each, greedy so both paths must agree exactly
+    engine = TransformersRollout(model, tokenizer, max_new_tokens=max_new_tokens, share_prompt_prefill=share)
+    return engine.generate(["Question: which river flows through Paris? Answer:", "Q: 2+2?"], 3, do_sample=False)
+
+
+def test_greedy_rollout_is_the_same_with_a_shared_prefill(tiny_lora):
+    model, tokenizer = tiny_lora
+    full, shared = _rollout(model, tokenizer, share=False), _rollout(model, tokenizer, share=True)
+    assert torch.equal(full.prompt_ids, shared.prompt_ids)
+    assert torch.equal(full.completion_ids, shared.completion_ids)
+    assert full.texts == shared.texts
+
+
+def test_shared_prefill_encodes_each_distinct_prompt_once(tiny_lora):
+    model, tokenizer = tiny_lora
+    batch_sizes = []
+    hook = model.get_base_model().model.embed_tokens.register_forward_hook(
+        lambda module, inputs, output: batch_sizes.append(tuple(inputs[0].shape)))
+    try:
+        rollout = _rollout(model, tokenizer, share=True, max_new_tokens=3)
+    finally:
+        hook.remove()
+    width = rollout.prompt_ids.shape[1]
+    assert batch_sizes[0] == (2, width - 1)  # 2 distinct prompts, all but the last token
+    assert batch_sizes[1] == (6, 1)  # generate feeds the last prompt token of every row
+
+
+@pytest.mark.parametrize("completion_width", [1, 10])
+def test_shared_prompt_logprobs_match_the_full_pass(tiny_lora, completion_width):
+    model, tokenizer = tiny_lora
+    rollout = _rollout(model, tokenizer, share=False, max_new_tokens=completion_width)
+    mask = rollout.completion_mask.clone()
+    if completion_width > 1:
+        mask[0, 4:] = 0  # an early end: padding after it must not matter
+    model.train()
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        logp, entropy = completion_logprobs(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
+                                            mask, temperature=0.7, with_entropy=True, share_prompts=share)
+        (logp * mask).sum().backward()
+        results.append((logp.detach(), entropy, [p.grad.clone() for p in parameters]))
+    (full_logp, full_entropy, full_grads), (logp, entropy, grads) = results
+    assert logp.shape == full_logp.shape == mask.shape
+    torch.testing.assert_close(logp * mask, full_logp * mask, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy * mask, full_entropy * mask, atol=1e-4, rtol=1e-5)
+    for full_grad, grad in zip(full_grads, grads):  # float32 rounding differs with the batch shapes
+        assert (grad - full_grad).norm() <= 1e-4 * full_grad.norm() + 1e-9
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def _trainer(tmp_path, *overrides):
+    config = load_config("configs/tiny.yaml", ["model.lora=true", "train.prompts_per_step=2", "rollout.group_size=4",
+                                               "rollout.max_new_tokens=8", "train.micro_batch_size=4",
+                                               "train.learning_rate=1e-2", f"train.output_dir={tmp_path}", *overrides])
+    return Trainer(config, progress=False)
+
+
+def test_training_step_is_the_same_with_shared_prompt_passes(tmp_path):
+    states = []
+    for share in (False, True):
+        trainer = _trainer(tmp_path / str(share), f"train.share_prompt_pass={share}",
+                           f"rollout.share_prompt_prefill={share}", "train.beta=0.1")
+        assert trainer.share_prompts is share
+        metrics = trainer.train_step()
+        states.append((metrics, {k: v.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}))
+    (full_metrics, full_state), (metrics, state) = states
+    assert metrics["completion_length"] == full_metrics["completion_length"]
+    assert metrics["loss"] == pytest.approx(full_metrics["loss"], abs=1e-5)
+    assert metrics["kl"] == pytest.approx(full_metrics["kl"], abs=1e-6)
+    for name, value in full_state.items():
+        torch.testing.assert_close(state[name], value, atol=1e-5, rtol=1e-4)
+
+
+def test_gradient_checkpointing_turns_the_shared_pass_off(tmp_path):
+    trainer = _trainer(tmp_path, "model.gradient_checkpointing=true")
+    assert uses_gradient_checkpointing(trainer.model)
+    assert trainer.share_prompts is False
+    assert torch.isfinite(torch.tensor(trainer.train_step()["loss"]))  # the full pass runs, no cache needed

@@ -6,6 +6,7 @@ docs/gpu.md has the commands to run the `gpu` tests and the benchmark on a GPU.
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -191,3 +192,18 @@ def test_gpu_packages_are_absent_here_or_gpu_present():
     """Documents the machine: the CPU install has none of the GPU packages (they stay uninstalled)."""
     if not torch.cuda.is_available():
         assert [p for p in GPU_PACKAGES if importlib.util.find_spec(p) is not None] == []
+
+
+def test_gpu_benchmark_script_runs_its_cpu_smoke_configuration(tmp_path):
+    """scripts/bench_gpu.py end to end on a toy Qwen2 (no 4-bit, one step of 2 tokens): keeps the GPU
+    benchmark runnable when the trainer's interfaces change (a GPU session should not find it broken)."""
+    out = tmp_path / "results.jsonl"
+    command = [sys.executable, str(REPO / "scripts" / "bench_gpu.py"), "--models", "qwen2-test", "--methods", "fspo",
+               "--no-4bit", "--steps", "1", "--max-new-tokens", "2", "--prompts", "2", "--group-size", "2",
+               "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    row = json.loads(out.read_text().splitlines()[0])
+    assert row["model"] == "qwen2-test" and row["method"] == "fspo" and row["measured_steps"] == 1
+    assert row["completion_length"] == 2 and row["step_time_s"] > 0

@@ -148,8 +148,12 @@ def build_rollout_engine(model, tokenizer, config, dist):
     if engine == "transformers":
         if config.rollout.use_sampler_logprobs:
             raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
-        return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
-                                               generate_kwargs=dist.generation_kwargs())
+        engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
+                                                 generate_kwargs=dist.generation_kwargs())
+        # with sharded weights every rank must run the same forward passes; the shared prefill is one more
+        # pass that depends on the rank's own prompts, so it is left out there
+        engine.share_prompt_prefill = config.rollout.share_prompt_prefill and not dist.shards_weights
+        return engine
     if engine in ("vllm", "vllm-server"):
         from .vllm_rollout import VLLMRollout, VLLMServerRollout
 

@@ -128,3 +128,18 @@ def test_gradient_checkpointing_turns_the_shared_pass_off(tmp_path):
     assert uses_gradient_checkpointing(trainer.model)
     assert trainer.share_prompts is False
     assert torch.isfinite(torch.tensor(trainer.train_step()["loss"]))  # the full pass runs, no cache needed
+
+
+def test_engine_factory_leaves_the_shared_prefill_out_when_weights_are_sharded(tmp_path, tiny_lora):
+    from types import SimpleNamespace
+
+    from fspo_lite.rollout import build_rollout_engine
+
+    model, tokenizer = tiny_lora
+    config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}"])
+    one_process = SimpleNamespace(shards_weights=False, generation_kwargs=lambda: {})
+    sharded = SimpleNamespace(shards_weights=True, generation_kwargs=lambda: {"synced_gpus": True})
+    assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is True
+    assert build_rollout_engine(model, tokenizer, config, sharded).share_prompt_prefill is False
+    config.rollout.share_prompt_prefill = False
+    assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is False

@@ -83,10 +83,10 @@ class TransformersRollout:
 
     @classmethod
     def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
-                    generate_kwargs: dict | None = None):
+                    generate_kwargs: dict | None = None, allow_shared_prefill: bool = True):
         return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
                    rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
-                   rollout_config.share_prompt_prefill)
+                   rollout_config.share_prompt_prefill and allow_shared_prefill)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -148,12 +148,11 @@ def build_rollout_engine(model, tokenizer, config, dist):
     if engine == "transformers":
         if config.rollout.use_sampler_logprobs:
             raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
-        engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
-                                                 generate_kwargs=dist.generation_kwargs())
         # with sharded weights every rank must run the same forward passes; the shared prefill is one more
         # pass that depends on the rank's own prompts, so it is left out there
-        engine.share_prompt_prefill = config.rollout.share_prompt_prefill and not dist.shards_weights
-        return engine
+        return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
+                                               generate_kwargs=dist.generation_kwargs(),
+                                               allow_shared_prefill=not dist.shards_weights)
     if engine in ("vllm", "vllm-server"):
         from .vllm_rollout import VLLMRollout, VLLMServerRollout
 

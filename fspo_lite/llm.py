@@ -29,6 +29,7 @@ from typing import Sequence, Union
 import torch
 
 from .models import resolve_device
+from .shared_prompts import prompt_positions
 
 Prompt = Union[str, list[dict]]
 YES_WORDS = ("yes",)
@@ -145,7 +146,7 @@ class LocalChatModel(ChatModel):
         probabilities: list[float | None] = []
         for start in range(0, len(prompts), self.batch_size):
             encoded = self._encode([self.render(p) for p in prompts[start : start + self.batch_size]])
-            position_ids = (encoded["attention_mask"].cumsum(dim=1) - 1).clamp(min=0)  # left padding shifts nothing
+            position_ids = prompt_positions(encoded["attention_mask"])  # left padding shifts nothing
             logits = self.model(**encoded, position_ids=position_ids, logits_to_keep=1).logits[:, -1, :].float()
             logprobs = torch.log_softmax(logits, dim=-1)
             yes = torch.logsumexp(logprobs[:, self.yes_ids], dim=-1)

@@ -93,7 +93,8 @@ class RolloutConfig:
     """Sequences generated at once (prompts x samples)."""
     share_prompt_prefill: bool = True
     """transformers engine: encode each distinct prompt once and copy its KV cache to its samples before
-    decoding (the same distribution; saves (G-1)/G of the prompt encoding)."""
+    decoding (the same distribution; saves (G-1)/G of the prompt encoding). Not used with sharded weights (FSDP)
+    or the Unsloth backend."""
     use_sampler_logprobs: bool = False
     """vLLM engines, train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached
     current policy, so the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the
@@ -298,7 +299,7 @@ class TrainConfig:
     share_prompt_pass: bool = True
     """In the log-prob passes, run each distinct prompt once and let its G responses attend to the copied
     keys/values (gradients flow through the copies: same update up to float rounding, less compute and
-    activation memory). Used only with one process and without gradient checkpointing."""
+    activation memory). Used only with one process, without gradient checkpointing and not with the Unsloth backend."""
     max_grad_norm: float = 1.0
     seed: int = 0
     output_dir: str = "runs/default"

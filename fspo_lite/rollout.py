@@ -149,10 +149,12 @@ def build_rollout_engine(model, tokenizer, config, dist):
         if config.rollout.use_sampler_logprobs:
             raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
         # with sharded weights every rank must run the same forward passes; the shared prefill is one more
-        # pass that depends on the rank's own prompts, so it is left out there
+        # pass that depends on the rank's own prompts, so it is left out there. Unsloth patches generation
+        # and its cache handling in ways the shared prefill has not been tried against.
         return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
                                                generate_kwargs=dist.generation_kwargs(),
-                                               allow_shared_prefill=not dist.shards_weights)
+                                               allow_shared_prefill=not dist.shards_weights
+                                               and config.model.backend != "unsloth")
     if engine in ("vllm", "vllm-server"):
         from .vllm_rollout import VLLMRollout, VLLMServerRollout
 

@@ -92,6 +92,14 @@ def load_training_examples(config: Config) -> list[QAExample]:
     return examples[: config.data.limit] if config.data.limit else examples
 
 
+def shares_prompt_pass(config: Config, world_size: int, model) -> bool:
+    """Whether the log-prob passes encode each distinct prompt once (train.share_prompt_pass): it needs
+    the KV cache (no gradient checkpointing), a plain module (a DDP/FSDP wrapper expects one forward
+    per backward) and not Unsloth's patched forward with its own offloaded checkpointing."""
+    return (config.train.share_prompt_pass and world_size == 1 and config.model.backend != "unsloth"
+            and not uses_gradient_checkpointing(model))
+
+
 class Trainer:
     """Owns the model, optimizer, rollout engine and verifier; `train()` runs config.train.steps steps."""
 
@@ -120,10 +128,7 @@ class Trainer:
         # (unwrapped, same weights) generates, gives the reference pass and is saved
         self.train_model, self.optimizer = self.dist.prepare(model, optimizer)
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
-        # one pass per distinct prompt in the log-prob passes: needs the KV cache (no gradient checkpointing)
-        # and a plain module (a DDP/FSDP wrapper expects one forward per backward)
-        self.share_prompts = (config.train.share_prompt_pass and self.dist.world_size == 1
-                              and not uses_gradient_checkpointing(model))
+        self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
             self.reference.to(self.dist.device)
         self.engine = build_rollout_engine(model, tokenizer, config, self.dist)

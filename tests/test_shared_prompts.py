@@ -9,7 +9,7 @@ from fspo_lite.logprobs import completion_logprobs
 from fspo_lite.models import load_policy
 from fspo_lite.rollout import TransformersRollout
 from fspo_lite.shared_prompts import distinct_prompts, prompt_positions, uses_gradient_checkpointing
-from fspo_lite.trainer import Trainer
+from fspo_lite.trainer import Trainer, shares_prompt_pass
 
 
 def test_distinct_prompts_groups_rows_in_order_of_first_appearance():
@@ -130,7 +130,7 @@ def test_gradient_checkpointing_turns_the_shared_pass_off(tmp_path):
     assert torch.isfinite(torch.tensor(trainer.train_step()["loss"]))  # the full pass runs, no cache needed
 
 
-def test_engine_factory_leaves_the_shared_prefill_out_when_weights_are_sharded(tmp_path, tiny_lora):
+def test_engine_factory_leaves_the_shared_prefill_out_for_sharded_weights_and_unsloth(tmp_path, tiny_lora):
     from types import SimpleNamespace
 
     from fspo_lite.rollout import build_rollout_engine
@@ -141,5 +141,20 @@ def test_engine_factory_leaves_the_shared_prefill_out_when_weights_are_sharded(t
     sharded = SimpleNamespace(shards_weights=True, generation_kwargs=lambda: {"synced_gpus": True})
     assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is True
     assert build_rollout_engine(model, tokenizer, config, sharded).share_prompt_prefill is False
+    config.model.backend = "unsloth"
+    assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is False
+    config.model.backend = "transformers"
     config.rollout.share_prompt_prefill = False
     assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is False
+
+
+def test_shared_prompt_pass_rule(tiny_lora):
+    model, _ = tiny_lora
+    config = load_config("configs/tiny.yaml")
+    assert shares_prompt_pass(config, 1, model) is True
+    assert shares_prompt_pass(config, 2, model) is False  # DDP/FSDP: one forward per backward
+    config.model.backend = "unsloth"
+    assert shares_prompt_pass(config, 1, model) is False
+    config.model.backend = "transformers"
+    config.train.share_prompt_pass = False
+    assert shares_prompt_pass(config, 1, model) is False

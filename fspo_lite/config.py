@@ -95,6 +95,10 @@ class RolloutConfig:
     """transformers engine: encode each distinct prompt once and copy its KV cache to its samples before
     decoding (the same distribution; saves (G-1)/G of the prompt encoding). Not used with sharded weights (FSDP)
     or the Unsloth backend."""
+    merge_lora_for_generation: bool = True
+    """transformers engine: generate with each LoRA adapter merged into a new copy of its weight matrices (one
+    product per projection instead of three; the base weights are never modified). Needs float base weights
+    (4-bit bases keep the adapter branch); not used with sharded weights (FSDP) or the Unsloth backend."""
     use_sampler_logprobs: bool = False
     """vLLM engines, train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached
     current policy, so the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the

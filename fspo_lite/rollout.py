@@ -8,11 +8,13 @@ and stops as soon as every sequence has produced EOS. The vLLM engines
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
+from .models import merged_lora_weights
 from .shared_prompts import distinct_prompts, shared_prompt_pass
 
 
@@ -68,7 +70,7 @@ class TransformersRollout:
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
-                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True):
+                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -80,13 +82,18 @@ class TransformersRollout:
         self.generate_kwargs = generate_kwargs or {}
         """Extra `model.generate` arguments (synced_gpus=True when weights are sharded over ranks)."""
         self.share_prompt_prefill = share_prompt_prefill
+        self.merge_lora = merge_lora
+        """Generate with each LoRA adapter merged into new weight tensors (`models.merged_lora_weights`)."""
 
     @classmethod
     def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
-                    generate_kwargs: dict | None = None, allow_shared_prefill: bool = True):
+                    generate_kwargs: dict | None = None, plain_model: bool = True):
+        """plain_model=False (FSDP-sharded weights, Unsloth) turns the shared prefill and the LoRA merge off:
+        `model.generate` then runs as is."""
         return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
                    rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
-                   rollout_config.share_prompt_prefill and allow_shared_prefill)
+                   rollout_config.share_prompt_prefill and plain_model,
+                   rollout_config.merge_lora_for_generation and plain_model)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -101,17 +108,18 @@ class TransformersRollout:
         model.eval()
         chunks = []
         batches = range(0, len(expanded), self.generation_batch_size)
-        for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
-            batch = expanded[start : start + self.generation_batch_size]
-            encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
-                                truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
-            sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
-                else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-            output = model.generate(
-                **encoded, max_new_tokens=max_new_tokens or self.max_new_tokens, eos_token_id=eos,
-                pad_token_id=pad_id, use_cache=True, **sampling, **self._prefilled(encoded), **self.generate_kwargs,
-            )
-            chunks.append((encoded["input_ids"], encoded["attention_mask"], output[:, encoded["input_ids"].shape[1]:]))
+        with merged_lora_weights(model) if self.merge_lora else contextlib.nullcontext():
+            for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
+                batch = expanded[start : start + self.generation_batch_size]
+                encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
+                                    truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
+                sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
+                    else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+                output = model.generate(
+                    **encoded, max_new_tokens=max_new_tokens or self.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id,
+                    use_cache=True, **sampling, **self._prefilled(encoded), **self.generate_kwargs,
+                )
+                chunks.append((encoded["input_ids"], encoded["attention_mask"], output[:, encoded["input_ids"].shape[1]:]))
         model.train(was_training)
         prompt_width = max(c[0].shape[1] for c in chunks)
         completion_width = max(max(c[2].shape[1] for c in chunks), 1)
@@ -148,13 +156,12 @@ def build_rollout_engine(model, tokenizer, config, dist):
     if engine == "transformers":
         if config.rollout.use_sampler_logprobs:
             raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
-        # with sharded weights every rank must run the same forward passes; the shared prefill is one more
-        # pass that depends on the rank's own prompts, so it is left out there. Unsloth patches generation
-        # and its cache handling in ways the shared prefill has not been tried against.
+        # with sharded weights every rank must run the same forward passes (the shared prefill is one more,
+        # depending on the rank's own prompts) and the weights are shards (nothing to merge into); Unsloth
+        # patches generation, its cache handling and its LoRA layers in ways neither has been tried against
         return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
                                                generate_kwargs=dist.generation_kwargs(),
-                                               allow_shared_prefill=not dist.shards_weights
-                                               and config.model.backend != "unsloth")
+                                               plain_model=not dist.shards_weights and config.model.backend != "unsloth")
     if engine in ("vllm", "vllm-server"):
         from .vllm_rollout import VLLMRollout, VLLMServerRollout
 

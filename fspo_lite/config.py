@@ -140,7 +140,7 @@ class RewardConfig:
 
 @dataclass
 class CautionConfig:
-    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; docs/algorithms.md)."""
+    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; docs/algorithms.md section 3)."""
 
     variant: str = "both"
     """both (the seed's group-aware table) | fact (correctness only) | caution (only "Unknown" when no sample
@@ -161,7 +161,7 @@ class CautionConfig:
 
 @dataclass
 class RLFHConfig:
-    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; docs/algorithms.md)."""
+    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; docs/algorithms.md section 4)."""
 
     granularity: str = "token"
     """token (each statement at its last word, sentence info at the sentence end) | sentence | paragraph."""
@@ -209,7 +209,7 @@ class RLFHConfig:
 
 @dataclass
 class KLCFConfig:
-    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; docs/algorithms.md)."""
+    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; docs/algorithms.md section 5)."""
 
     checklist_path: str | None = None
     """The checklist file written by `python -m fspo_lite klcf-checklist` (required by reward.method=klcf)."""
@@ -235,7 +235,7 @@ class KLCFConfig:
 
 @dataclass
 class FilterConfig:
-    """Difficulty filtering: `python -m fspo_lite filter` (docs/algorithms.md)."""
+    """Difficulty filtering: `python -m fspo_lite filter` (docs/algorithms.md section 3.4)."""
 
     samples: int = 16
     """k: base-model answers sampled per training question."""
@@ -280,7 +280,7 @@ class VerifierConfig:
 
 @dataclass
 class TrainConfig:
-    """The optimisation loop (GRPO in docs/algorithms.md)."""
+    """The optimisation loop (docs/algorithms.md section 1)."""
 
     steps: int = 50
     prompts_per_step: int = 4

@@ -2,8 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -110,29 +108,32 @@ def test_team_copies_pass_the_row_check(tmp_path):
         assert prepare(name, folder, tmp_path)[1] > 0
 
 
-def test_data_command_lists_and_prepares(tmp_path):
+def test_data_command_lists_and_prepares(tmp_path, monkeypatch, capsys):
+    from fspo_lite.__main__ import main
+
     source = _write(tmp_path / "copy" / "math500_test.jsonl", [{"question": "q", "answer": "1", "subject": "x"}])
-    env = {"FSPO_LITE_DATA": str(tmp_path / "folder"), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    run = lambda *args: subprocess.run([sys.executable, "-m", "fspo_lite", "data", *args], cwd=ROOT, env=env,
-                                       capture_output=True, text=True, timeout=120)
-    done = run("prepare", "math500_test", "--from", str(source.parent))
-    assert done.returncode == 0 and "math500_test: 1 rows, copied from" in done.stdout
-    listing = run("list").stdout
+    monkeypatch.setenv("FSPO_LITE_DATA", str(tmp_path / "folder"))
+    assert main(["data", "prepare", "math500_test", "--from", str(source.parent)]) == 0
+    assert "math500_test: 1 rows, copied from" in capsys.readouterr().out
+    assert main(["data", "list"]) == 0
+    listing = capsys.readouterr().out
     assert re.search(r"math500_test\s+present", listing) and re.search(r"halluqa\s+missing", listing)
-    failed = run("prepare", "halluqa")
-    assert failed.returncode == 1 and failed.stderr.count("\n") == 1 and "--from DIR" in failed.stderr
+    assert main(["data", "prepare", "halluqa"]) == 1
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--from DIR" in error
 
 
-def test_every_cli_lists_its_choices():
+def test_every_cli_lists_its_choices(capsys):
+    from fspo_lite.__main__ import main
     from fspo_lite.evaluation.benchmarks import BENCHMARKS
     from fspo_lite.rewards import REWARD_METHODS
     from fspo_lite.verifiers import VERIFIERS
 
     def help_text(*args):
-        done = subprocess.run([sys.executable, "-m", "fspo_lite", *args, "--help"], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        return " ".join(done.stdout.split())  # argparse wraps lines
+        with pytest.raises(SystemExit) as done:
+            main([*args, "--help"])
+        assert done.value.code == 0
+        return " ".join(capsys.readouterr().out.split())  # argparse wraps lines
 
     assert all(name in help_text("eval") for name in BENCHMARKS)
     assert all(name in help_text("train") for name in REWARD_METHODS + tuple(VERIFIERS))

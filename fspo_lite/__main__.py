@@ -127,6 +127,35 @@ def cmd_verifiers_calibrate(args) -> int:
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
 
 
+def cmd_data_list(args) -> int:
+    from .data_files import DATA_ENV, DATA_FILES, data_dir, local_path
+
+    folder = data_dir()
+    print(f"data folder: {folder} (set ${DATA_ENV} to move it)")
+    for entry in DATA_FILES.values():
+        path = local_path(entry.name, folder)
+        state = "present" if path else "missing"
+        origin = f"hf:{entry.hub}" if entry.hub else "local copy only (--from DIR)"
+        print(f"  {entry.name:<22}{state:<9}{origin:<38}{entry.description}")
+    return 0
+
+
+def cmd_data_prepare(args) -> int:
+    from .data_files import DATA_FILES, DataFolderError, prepare
+
+    names = args.names or [name for name, entry in DATA_FILES.items() if entry.hub or args.source]
+    failed = 0
+    for name in names:
+        try:
+            path, rows, origin = prepare(name, args.source, force=args.force)
+        except DataFolderError as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            failed = 1
+            continue
+        print(f"{name}: {rows} rows, {origin} -> {path}")
+    return failed
+
+
 def cmd_lite(args) -> int:
     from .experiment import load_profile, run_profile
 
@@ -140,7 +169,15 @@ def cmd_lite(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo_lite", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train a policy with GRPO/FSPO and friends")
+    from .evaluation.benchmarks import BENCHMARKS
+    from .experiment import profile_names
+    from .rewards import REWARD_METHODS
+    from .verifiers import VERIFIERS
+
+    train = commands.add_parser(
+        "train", help="train a policy with GRPO/FSPO and friends",
+        description=f"Train with reward.method one of {', '.join(REWARD_METHODS)} (docs/methods.md) and "
+                    f"verifier.name one of {', '.join(VERIFIERS)}; every config key is in fspo_lite/config.py.")
     _add_config_arguments(train)
     train.set_defaults(run=cmd_train)
 
@@ -176,13 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_arguments(eval_)
     eval_.add_argument("--model", help="model name, hub id or folder (model.name)")
     eval_.add_argument("--adapter", help="a saved LoRA adapter folder to evaluate on top of the model")
-    eval_.add_argument("--benchmarks", help="comma-separated, e.g. kbqa,truthfulqa_mc,halueval (evaluation.benchmarks)")
+    eval_.add_argument("--benchmarks", help=f"comma-separated names (evaluation.benchmarks): {', '.join(BENCHMARKS)}; "
+                       "docs/evaluation.md says what each measures and where its data comes from")
     eval_.add_argument("--limit", type=int, help="first N items of each benchmark (evaluation.limit)")
     eval_.add_argument("--samples", type=int, help="k answers per question (evaluation.samples; k > 1 needs "
                        "--temperature > 0)")
     eval_.add_argument("--temperature", type=float, help="0 greedy (default), above 0 sampling")
     eval_.add_argument("--source", action="append", default=[], metavar="NAME=DATA",
-                       help="data for one benchmark: a file, bundled:<name> or hf:<id> (repeatable)")
+                       help="data for one benchmark: a file, bundled:<name>, data:<name> (the data folder) or hf:<id> (repeatable)")
     eval_.add_argument("--output", help="output folder (evaluation.output_dir)")
     eval_.add_argument("--quiet", action="store_true", help="no progress bars")
     eval_.set_defaults(run=cmd_eval)
@@ -193,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark", help="accuracy, balanced accuracy, AUROC and sentences/s on HaluEval-QA and the gold set")
     _add_config_arguments(benchmark)
     benchmark.add_argument("--verifiers", default="lexical,embedding",
-                           help="comma-separated names (lexical, embedding, nli, hhem, llm); default: %(default)s")
+                           help=f"comma-separated names ({', '.join(VERIFIERS)}); default: %(default)s")
     benchmark.add_argument("--limit", type=int, default=None, help="score only the first N HaluEval test rows")
     benchmark.add_argument("--train-limit", type=int, default=1000,
                            help="HaluEval train rows used to choose the best threshold (0: skip); default: %(default)s")
@@ -203,14 +241,31 @@ def main(argv: list[str] | None = None) -> int:
     calibrate = verifiers.add_parser(
         "calibrate", help="fit the score-to-probability map of the embedding/likelihood verifiers on HaluEval train")
     _add_config_arguments(calibrate)
-    calibrate.add_argument("--verifiers", default="embedding,likelihood", help="default: %(default)s")
+    calibrate.add_argument("--verifiers", default="embedding,likelihood",
+                           help="comma-separated names of verifiers with a raw score (embedding, likelihood); "
+                           "default: %(default)s")
     calibrate.add_argument("--train-limit", type=int, default=1000, help="HaluEval train rows; default: %(default)s")
     calibrate.set_defaults(run=cmd_verifiers_calibrate)
 
+    from .data_files import DATA_FILES
+
+    data = commands.add_parser("data", help="the benchmark and training files that are not bundled: list them, or "
+                               "prepare them in the data folder ($FSPO_LITE_DATA)").add_subparsers(
+        dest="data_command", required=True)
+    data.add_parser("list", help="where the data folder is and which files it holds").set_defaults(run=cmd_data_list)
+    prepare = data.add_parser("prepare", help="download and convert files from the hub, or copy local copies (--from)")
+    prepare.add_argument("names", nargs="*", metavar="NAME",
+                         help=f"files to prepare: {', '.join(DATA_FILES)} (default: every file the hub has, or every "
+                         "file when --from is given)")
+    prepare.add_argument("--from", dest="source", metavar="DIR", help="a folder holding <name>.jsonl files to copy "
+                         "(checked row by row) instead of downloading")
+    prepare.add_argument("--force", action="store_true", help="replace files already in the data folder")
+    prepare.set_defaults(run=cmd_data_prepare)
+
     lite = commands.add_parser("lite", help="the lite reproduction: notebooks 01-04 under papermill, then the "
                                "results table (results/summary.md) and figures (figures/lite_*.png)")
-    lite.add_argument("--profile", default="lite", help="lite (under 30 min on 2 CPU cores) | quick (a smoke run, "
-                      "under a minute) | colab_t4 (a T4 GPU, hours) | a profile YAML file; default: %(default)s")
+    lite.add_argument("--profile", default="lite", help="a profile YAML file or one of: " + "; ".join(
+        f"{name} ({description})" for name, description in profile_names().items()) + "; default: %(default)s")
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)

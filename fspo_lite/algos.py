@@ -1,5 +1,5 @@
-"""The math of GRPO, FSPO and token-reward advantages as pure tensor functions (docs: ../shared/docs/ALGORITHMS.md,
-sections 1, 2 and 4).
+"""The math of GRPO, FSPO and token-reward advantages as pure tensor functions (docs/algorithms.md, sections 1, 2 and 4,
+states each method and its defaults).
 
 Nothing here touches a model: every function maps tensors to tensors, so each formula can be
 checked by hand. Shapes: B responses, T completion tokens; `mask` is 1 on real completion tokens.
@@ -167,7 +167,7 @@ def reward_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 def token_reward_advantages(
     token_rewards: torch.Tensor, mask: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
 ) -> torch.Tensor:
-    """(B, T) advantages from per-token rewards (RLFH in a GRPO-family trainer, ALGORITHMS section 4).
+    """(B, T) advantages from per-token rewards (RLFH in a GRPO-family trainer, docs/algorithms.md section 4).
 
     Each token's reward-to-go is normalised over the group: (G_t - mean) / (std + eps), where the mean
     and the sample std run over every real token of the group's G responses (no critic, as in GRPO).

@@ -140,7 +140,7 @@ class RewardConfig:
 
 @dataclass
 class CautionConfig:
-    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; ALGORITHMS section 3)."""
+    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; docs/algorithms.md section 3)."""
 
     variant: str = "both"
     """both (the seed's group-aware table) | fact (correctness only) | caution (only "Unknown" when no sample
@@ -161,7 +161,7 @@ class CautionConfig:
 
 @dataclass
 class RLFHConfig:
-    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; ALGORITHMS section 4)."""
+    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; docs/algorithms.md section 4)."""
 
     granularity: str = "token"
     """token (each statement at its last word, sentence info at the sentence end) | sentence | paragraph."""
@@ -209,7 +209,7 @@ class RLFHConfig:
 
 @dataclass
 class KLCFConfig:
-    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; ALGORITHMS section 5)."""
+    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; docs/algorithms.md section 5)."""
 
     checklist_path: str | None = None
     """The checklist file written by `python -m fspo_lite klcf-checklist` (required by reward.method=klcf)."""
@@ -235,7 +235,7 @@ class KLCFConfig:
 
 @dataclass
 class FilterConfig:
-    """Difficulty filtering: `python -m fspo_lite filter` (ALGORITHMS section 3)."""
+    """Difficulty filtering: `python -m fspo_lite filter` (docs/algorithms.md section 3.4)."""
 
     samples: int = 16
     """k: base-model answers sampled per training question."""
@@ -280,7 +280,7 @@ class VerifierConfig:
 
 @dataclass
 class TrainConfig:
-    """The optimisation loop (GRPO section 1 of docs/ALGORITHMS)."""
+    """The optimisation loop (docs/algorithms.md section 1)."""
 
     steps: int = 50
     prompts_per_step: int = 4
@@ -351,8 +351,9 @@ class EvalConfig:
     judge_model: str | None = None
     """llm judge: a model name or folder (None: the bundled smollm2-135m, a weak judge), or the server's model."""
     sources: dict[str, str] = field(default_factory=dict)
-    """Per-benchmark data overrides, e.g. {truthfulqa_mc: ../shared/data/truthfulqa.jsonl}: a bundled:<name>,
-    a local file or hf:<id>. Defaults: bundled data, else ../shared/data/<file>, else the hub."""
+    """Per-benchmark data overrides, e.g. {truthfulqa_mc: /data/truthfulqa.jsonl}: a bundled:<name>, data:<name>,
+    a local file or hf:<id>. Defaults: the data folder's file ($FSPO_LITE_DATA, `python -m fspo_lite data`),
+    else the bundled data, else the hub."""
     output_dir: str = "runs/eval"
     """Where summary.json, table.csv and records.jsonl are written."""
 

@@ -5,12 +5,14 @@ HotpotQA with evidence, GSM8K, MATH/SimpleRL) and the QA-style benchmarks. A sou
 by a string:
 
 - ``bundled:<name>``: ``data/<name>.jsonl`` shipped with the project,
+- ``data:<name>``: ``<name>.jsonl`` in the data folder (``python -m fspo_lite data prepare``; see
+  ``fspo_lite.data_files``), e.g. ``data:hotpotqa_train``,
 - a local ``.jsonl`` / ``.json`` / ``.parquet`` path,
 - ``hf:<dataset id>[:<config>][@<split>]``: a hub dataset (needs network and `datasets`).
 
 Field names of the common releases are mapped onto the record (``answer``/``answers``/
-``right_answer``, ``knowledge``/``evidence``/``context``...), so files like those in
-``../shared/data`` load as they are.
+``right_answer``, ``knowledge``/``evidence``/``context``...), so the files of the data folder and the
+common hub releases load as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from .data_files import DataFolderError, require
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
@@ -111,7 +115,7 @@ def _as_answers(value: Any, where: str = "") -> list[str]:
 
 
 def _gsm8k_final(answer: str) -> str:
-    """GSM8K hub answers end with '#### 42'; the shared files hold just '42'."""
+    """GSM8K hub answers end with '#### 42'; the data folder's files hold just '42'."""
     return answer.split("####")[-1].strip().replace(",", "") if "####" in answer else answer
 
 
@@ -231,13 +235,19 @@ def resolve_source(spec: str) -> tuple[str, Path | None]:
         if not path.exists():
             raise DataError(f"no bundled data set '{name}'; available: {', '.join(bundled_names())}")
         return name, path
+    if spec.startswith("data:"):
+        name = spec.split(":", 1)[1]
+        try:
+            return name, require(name)
+        except DataFolderError as error:
+            raise DataError(str(error)) from None
     if spec.startswith("hf:"):
         return spec[3:].split("@")[0].split(":")[0].split("/")[-1], None
     path = Path(spec).expanduser()
     if not path.exists():
         raise DataError(
             f"data source '{spec}' is not a file; use bundled:<name> ({', '.join(bundled_names())}), "
-            "a .jsonl/.json/.parquet path, or hf:<dataset id>"
+            "data:<name> (the data folder), a .jsonl/.json/.parquet path, or hf:<dataset id>"
         )
     return path.stem, path
 

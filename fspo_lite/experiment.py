@@ -39,6 +39,12 @@ class Profile:
     description: str = ""
 
 
+def profile_names() -> dict[str, str]:
+    """The named profiles (configs/lite/<name>.yaml) and their descriptions."""
+    return {path.stem: str((yaml.safe_load(path.read_text()) or {}).get("description", ""))
+            for path in sorted(PROFILE_DIR.glob("*.yaml"))}
+
+
 def load_profile(name_or_path: str) -> Profile:
     """A profile by name ('lite', 'quick') or YAML path; errors name the valid profiles."""
     named = PROFILE_DIR / f"{name_or_path}.yaml"

@@ -1,4 +1,4 @@
-"""System-prompt sweep (ALGORITHMS section 3): how the system prompt moves the trade-off between
+"""System-prompt sweep (docs/algorithms.md section 3.5): how the system prompt moves the trade-off between
 answering correctly and declining ("Unknown").
 
 Each prompt is evaluated on the same questions with k sampled answers per question; every answer

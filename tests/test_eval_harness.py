@@ -130,19 +130,22 @@ def test_truthfulqa_rows_both_formats_and_errors():
 
 
 def test_sources_resolve_in_order(tmp_path):
-    assert resolve("truthfulqa_mc") == "bundled:truthfulqa_sample"
-    assert resolve("truthfulqa_mc", {"truthfulqa_mc": "x.jsonl"}) == "x.jsonl"
+    empty = tmp_path / "empty"
+    assert resolve("truthfulqa_mc", folder=empty) == "bundled:truthfulqa_sample"
+    assert resolve("truthfulqa_mc", {"truthfulqa_mc": "x.jsonl"}, folder=tmp_path) == "x.jsonl"
+    (tmp_path / "truthfulqa.jsonl").write_text("{}\n")  # the data folder's full file comes before the sample
+    assert resolve("truthfulqa_mc", folder=tmp_path) == str(tmp_path / "truthfulqa.jsonl")
     (tmp_path / "gsm8k_test.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
-    assert resolve("gsm8k", shared_dir=tmp_path) == str(tmp_path / "gsm8k_test.jsonl")
-    assert resolve("gsm8k", shared_dir=tmp_path / "missing") == BENCHMARKS["gsm8k"].hub
-    with pytest.raises(DataError, match="evaluation.sources.halluqa"):
-        resolve("halluqa", shared_dir=tmp_path)
+    assert resolve("gsm8k", folder=tmp_path) == str(tmp_path / "gsm8k_test.jsonl")
+    assert resolve("gsm8k", folder=tmp_path / "missing") == BENCHMARKS["gsm8k"].hub
+    with pytest.raises(DataError, match="data prepare halluqa"):
+        resolve("halluqa", folder=tmp_path)
     examples = load_items("gsm8k", str(tmp_path / "gsm8k_test.jsonl"))
     assert examples[0].task == "math" and examples[0].answers == ["2"]
 
 
 def test_bundled_truthfulqa_sample_loads():
-    items = load_items("truthfulqa_mc", resolve("truthfulqa_mc"))
+    items = load_items("truthfulqa_mc", "bundled:truthfulqa_sample")
     assert len(items) == 100 and all(i.best_answer in i.correct_answers and i.incorrect_answers for i in items)
 
 

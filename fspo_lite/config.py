@@ -234,6 +234,22 @@ class KLCFConfig:
 
 
 @dataclass
+class DetailConfig:
+    """A detail term added to any method's reward so that saying less does not pay (fspo_lite.methods.detail;
+    docs/methods.md). Off by default (weight 0 and precision_weight 0)."""
+
+    weight: float = 0.0
+    """Weight of log(1 + S), S = distinct supported reasoning sentences of a response (0 = off). 0.1-0.3 keeps the
+    term below one answer's F1 for the few sentences small models write."""
+    cap: int = 8
+    """At most this many supported sentences count, so a response cannot buy reward with length."""
+    duplicate_threshold: float = 0.8
+    """Two sentences whose word sets have Jaccard similarity >= this are near-duplicates: only the first counts in S."""
+    precision_weight: float = 0.0
+    """Weight of S / (T + 1), T = judged sentences of the response (duplicates included); 0 = off."""
+
+
+@dataclass
 class FilterConfig:
     """Difficulty filtering: `python -m fspo_lite filter` (docs/algorithms.md section 3.4)."""
 
@@ -367,6 +383,7 @@ class Config:
     caution: CautionConfig = field(default_factory=CautionConfig)
     rlfh: RLFHConfig = field(default_factory=RLFHConfig)
     klcf: KLCFConfig = field(default_factory=KLCFConfig)
+    detail: DetailConfig = field(default_factory=DetailConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -156,10 +156,12 @@ class Trainer:
         Weights, optimizer, RNG states (sampling included), data position and fault counters
         come back as they were, and rows that metrics.jsonl / samples.jsonl got after the
         checkpoint are dropped, so the resumed run logs each later step exactly once and
-        reproduces the uninterrupted run's numbers.
+        reproduces the uninterrupted run's numbers. With no checkpoint the run starts over, so
+        every row an earlier attempt logged is dropped (no step logged twice).
         """
         path = latest_checkpoint(self.output_dir)
         if path is None:
+            self._drop_rows_after(0)
             return False
         if self.dist.shards_weights:  # [distributed]
             raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
@@ -177,10 +179,20 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
         self.bad_steps = state.get("bad_steps", 0)
-        self.logger.truncate_after(self.step_index)
-        truncate_jsonl(self.output_dir / "samples.jsonl", self.step_index)
+        self._drop_rows_after(self.step_index)
         print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
         return True
+
+    def _drop_rows_after(self, step: int) -> None:
+        """Keep the metrics/samples rows of steps 1..step (those the resumed state covers); torn
+        lines left by a killed writer go too."""
+        if self.dist.is_main:
+            had_rows = self.logger.path.exists() and self.logger.path.stat().st_size > 0
+            self.logger.truncate_after(step)
+            truncate_jsonl(self.output_dir / "samples.jsonl", step)
+            if step == 0 and had_rows:
+                print(f"[fspo_lite] no checkpoint in {self.output_dir}: starting over, earlier rows dropped")
+        self.dist.wait()
 
     def save(self) -> Path | None:
         """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.

@@ -4,15 +4,22 @@ Hang tests run the code in a child process with a time limit, so a regression fa
 instead of hanging the suite (a big-integer power in C cannot be interrupted by a signal).
 """
 
+import copy
 import json
-from fractions import Fraction
+import os
 import subprocess
 import sys
 import textwrap
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
+
+from fspo_lite.checkpoint import CheckpointError, verify_checkpoint
+from fspo_lite.config import load_config
+from fspo_lite.data import QAExample
+from fspo_lite.trainer import Trainer
 
 from fspo_lite.grading import (
     TOO_LARGE, Quantity, is_malformed, math_answers_equal, quantities_equal, read_quantity,
@@ -171,3 +178,52 @@ def test_tolerance_is_relative_to_magnitude(warm_worker):
     assert not math_answers_equal(r"\sqrt{2} + 10^{-45}", r"\sqrt{2}")
     assert not math_answers_equal(r"\pi \cdot 10^{-60}", "0")
     assert math_answers_equal(r"\sin(\pi/12)", r"\frac{\sqrt{6}-\sqrt{2}}{4}")  # a true identity still holds
+
+
+# ---------------------------------------------------------------- 4. checkpoint integrity
+
+TRAIN_EXAMPLES = [QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
+                  QAExample("b", "What is the symbol of gold?", ["Au"], "Gold has the symbol Au.")]
+
+
+def tiny_config(tmp_path, *overrides):
+    return load_config(str(ROOT / "configs" / "tiny.yaml"), [f"train.output_dir={tmp_path}", *overrides])
+
+
+@pytest.mark.parametrize("name, damage", [
+    ("model/adapter_model.safetensors", "flip"),  # same size, weights silently off before
+    ("rng.pt", "random"),  # was: IndexError: pop from empty list
+    ("trainer_state.json", "random"),  # was: a bare JSONDecodeError
+    ("optimizer.pt", "flip"),
+])
+def test_same_size_corruption_is_one_clear_error_naming_the_file(tmp_path, tiny_policy, name, damage):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    trainer = Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, TRAIN_EXAMPLES, progress=False)
+    trainer.step_index = 1
+    path = trainer.save()
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert all(len(entry["sha256"]) == 64 for entry in manifest["files"].values())
+    file = path / name
+    data = bytearray(file.read_bytes())
+    if damage == "flip":
+        middle = len(data) // 2
+        data[middle : middle + 8] = bytes(b ^ 0xFF for b in data[middle : middle + 8])
+    else:
+        data = bytearray(os.urandom(len(data)))
+    file.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=f"corrupt: {name} does not match its SHA-256"):
+        Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, TRAIN_EXAMPLES, progress=False)
+
+
+def test_manifests_with_sizes_only_still_load(tmp_path, tiny_policy):
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    trainer = Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, TRAIN_EXAMPLES, progress=False)
+    trainer.step_index = 1
+    path = trainer.save()
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["files"] = {name: entry["size"] for name, entry in manifest["files"].items()}
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    assert verify_checkpoint(path)["step"] == 1
+    (path / "trainer_state.json").write_text("{" + " " * (manifest["files"]["trainer_state.json"] - 1))
+    with pytest.raises(CheckpointError, match="trainer_state.json is not valid JSON"):
+        Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, TRAIN_EXAMPLES, progress=False)

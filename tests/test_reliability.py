@@ -6,7 +6,9 @@ instead of hanging the suite (a big-integer power in C cannot be interrupted by 
 
 import copy
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,11 +17,17 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+import torch
 
+from fspo_lite import algos
+from fspo_lite import filtering as filtering_module
+from fspo_lite import trainer as trainer_module
+from fspo_lite.__main__ import main as cli_main
 from fspo_lite.checkpoint import CheckpointError, verify_checkpoint
-from fspo_lite.config import load_config
-from fspo_lite.data import QAExample
-from fspo_lite.trainer import Trainer
+from fspo_lite.config import ConfigError, load_config
+from fspo_lite.data import DataError, QAExample, load_examples
+from fspo_lite.distributed import loss_normalisers
+from fspo_lite.trainer import Trainer, load_training_examples
 
 from fspo_lite.grading import (
     TOO_LARGE, Quantity, is_malformed, math_answers_equal, quantities_equal, read_quantity,
@@ -227,3 +235,162 @@ def test_manifests_with_sizes_only_still_load(tmp_path, tiny_policy):
     (path / "trainer_state.json").write_text("{" + " " * (manifest["files"]["trainer_state.json"] - 1))
     with pytest.raises(CheckpointError, match="trainer_state.json is not valid JSON"):
         Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, TRAIN_EXAMPLES, progress=False)
+
+
+# ---------------------------------------------------------------- 5. bad data, bad settings, loss edge cases
+
+
+@pytest.mark.parametrize("line, problem", [
+    ("[" * 100_000, "nested too deeply"),
+    ('{"question": "q", "answer": ' + "7" * 5000 + "}", "digit"),
+    ('{"question": "q", "answer": Infinity}', "Infinity is not a valid JSON number"),
+    ('{"question": "q", "answer": 1e400}', "out of range"),
+    ('{"question": "q", "answer": NaN}', "NaN is not a valid JSON number"),
+    ('{"question": "q", "answer": "unterminated}', r"\(Invalid control character at column 43\)"),
+    ('{"question": "q", "answer": }', r"\(Expecting value at column 29\)"),
+])
+def test_bad_rows_are_data_errors_or_skipped(tmp_path, line, problem):
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "good", "answer": "yes"}\n' + line + "\n")
+    with pytest.raises(DataError, match=f"rows.jsonl:2: broken JSON.*{problem}"):
+        load_examples(str(path))
+    stats = {}
+    assert [e.question for e in load_examples(str(path), skip_bad_rows=True, stats=stats)] == ["good"]
+    assert stats["skipped"] == 1
+
+
+def test_bom_folder_and_empty_file(tmp_path):
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + b'{"question": "first", "answer": "1"}\n')
+    assert [e.question for e in load_examples(str(bom), skip_bad_rows=True)] == ["first"]
+    folder = tmp_path / "x.jsonl"
+    folder.mkdir()
+    with pytest.raises(DataError, match="x.jsonl' is a folder"):
+        load_examples(str(folder), skip_bad_rows=True)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(DataError, match="empty.jsonl: no training examples"):
+        load_training_examples(load_config(None, [f"data.train={empty}"]))
+
+
+@pytest.mark.parametrize("override, key", [
+    ("train.learning_rate=.inf", "train.learning_rate"),
+    ("train.max_grad_norm=.nan", "train.max_grad_norm"),
+    ("train.max_grad_norm=-1", "train.max_grad_norm"),
+    ("train.steps=-3", "train.steps"),
+    ("train.steps=0", "train.steps"),
+    ("rollout.group_size=1", "rollout.group_size"),
+    ("data.limit=-1", "data.limit"),
+    ("data.limit=0", "data.limit"),
+    ("train.epsilon_low=5", "train.epsilon_low"),
+    ("train.max_bad_steps=0", "train.max_bad_steps"),
+    ("train.entropy_coef=-0.1", "train.entropy_coef"),
+    ("filter.band=[0.8]", "filter.band"),
+    ("rollout.top_p=0", "rollout.top_p"),
+])
+def test_out_of_range_settings_are_refused(override, key):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)}=.* is out of range; valid: "):
+        load_config(str(ROOT / "configs" / "tiny.yaml"), [override])
+
+
+def test_rlfh_may_use_single_responses():
+    assert load_config(None, ["reward.method=rlfh", "rollout.group_size=1"]).rollout.group_size == 1
+
+
+def test_huge_log_ratio_on_a_masked_token_gives_a_finite_loss_and_gradient():
+    """log pi - log pi_old = 100 (float32): exp overflows to inf; 0 * inf made the loss NaN."""
+    logp = torch.tensor([[0.0, 100.0]], requires_grad=True)
+    old = torch.zeros(1, 2)
+    mask = torch.tensor([[1.0, 0.0]])
+    token_loss, _ = algos.clipped_surrogate(logp, old, torch.tensor([[1.0]]))
+    loss = algos.aggregate_loss(token_loss, mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0)  # the one real token: -A * ratio = -1 * 1
+    assert torch.isfinite(logp.grad).all() and logp.grad[0, 1].item() == 0.0
+    # unmasked, the ratio is clamped at exp(20): -A * min(exp(20), 1.2) = -1.2 (clipped side), finite
+    token_loss, _ = algos.clipped_surrogate(logp.detach(), old, torch.tensor([[1.0]]))
+    assert token_loss[0, 1].item() == pytest.approx(-1.2)
+
+
+def test_loss_normaliser_is_not_floored_at_one():
+    """2 ranks, 1 completion token in the step: each rank divides by 1/2 (global tokens / world size);
+    the gradient average over ranks must equal the 1-process loss -1.0 (the floor at 1 gave -0.5)."""
+    tokens, sequences = loss_normalisers(global_tokens=1.0, global_sequences=2, world_size=2)
+    assert (tokens, sequences) == (0.5, 1.0)
+    rank0 = algos.aggregate_loss(torch.tensor([[-1.0]]), torch.tensor([[1.0]]), total_tokens=tokens)
+    rank1 = algos.aggregate_loss(torch.tensor([[5.0]]), torch.tensor([[0.0]]), total_tokens=tokens)
+    assert (rank0.item() + rank1.item()) / 2 == pytest.approx(-1.0)
+    assert algos.aggregate_loss(torch.tensor([[-1.0]]), torch.tensor([[1.0]])).item() == pytest.approx(-1.0)
+    assert algos.aggregate_loss(torch.tensor([[3.0]]), torch.tensor([[0.0]]), total_tokens=0).item() == 0.0
+
+
+# ---------------------------------------------------------------- 7. entropy bonus
+
+
+def test_entropy_bonus_by_hand():
+    """logits (0, ln 3): p = (1/4, 3/4), H = ln 4 - (3/4) ln 3 = 0.562335; dH/dz_i = -p_i (ln p_i + H)."""
+    logits = torch.tensor([[[0.0, math.log(3.0)]]], requires_grad=True)
+    entropy = algos.entropy_from_logits(logits)
+    expected = math.log(4) - 0.75 * math.log(3)
+    assert entropy.item() == pytest.approx(expected, abs=1e-6)
+    loss = algos.entropy_bonus(torch.tensor([[1.0]]), entropy[0].unsqueeze(0)[0], 0.1).sum()
+    assert loss.item() == pytest.approx(1.0 - 0.1 * expected, abs=1e-6)
+    loss.backward()
+    p = (0.25, 0.75)
+    gradient = [-0.1 * -p[i] * (math.log(p[i]) + expected) for i in range(2)]  # d(-0.1 H)/dz_i
+    assert logits.grad[0, 0].tolist() == pytest.approx(gradient, abs=1e-6)
+    assert algos.entropy_bonus(torch.tensor([[1.0]]), torch.tensor([[9.0]]), 0.0).item() == 1.0
+
+
+def test_entropy_coef_subtracts_coef_times_the_mean_entropy_from_the_loss(tmp_path, tiny_policy):
+    """Same seed, same weights, same rollout: loss(coef) - loss(0) = -coef x the logged mean entropy."""
+    losses = {}
+    for coef in (0.0, 0.5):
+        model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+        config = tiny_config(tmp_path / str(coef), "train.steps=1", f"train.entropy_coef={coef}",
+                             "rollout.max_new_tokens=8", "train.prompts_per_step=1", "rollout.group_size=2")
+        row = Trainer(config, model, tokenizer, TRAIN_EXAMPLES, progress=False).train()[0]
+        losses[coef] = row
+    assert losses[0.5]["entropy"] == pytest.approx(losses[0.0]["entropy"], rel=1e-5)
+    assert losses[0.5]["loss"] - losses[0.0]["loss"] == pytest.approx(-0.5 * losses[0.0]["entropy"], rel=1e-4)
+
+
+# ---------------------------------------------------------------- 6. command-line errors
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a model was loaded before the config was checked")
+
+    monkeypatch.setattr(trainer_module, "load_policy", forbidden)
+    monkeypatch.setattr(filtering_module, "run_filter", forbidden)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--config", "missing.yaml"], "missing.yaml: no such config file"),
+    (["train", "--config", "configs/tiny.yaml", "--set", "train.steps=-3"], "train.steps=-3 is out of range"),
+    (["train", "--config", "configs/tiny.yaml", "--set", "rollout.group_size=1"], "rollout.group_size=1"),
+    (["train", "--config", "configs/tiny.yaml", "--set", "train.nope=1"], "unknown config key 'train.nope'"),
+    (["filter", "--config", "configs/tiny.yaml", "--band", "0.8"], "--band=[0.8] is out of range"),
+    (["filter", "--config", "configs/tiny.yaml", "--band", "0.9,0.1"], "LOW <= HIGH"),
+    (["train", "--config", "configs/tiny.yaml", "--set", "data.train=nowhere.jsonl"], "nowhere.jsonl"),
+])
+def test_user_errors_are_one_line_without_traceback(monkeypatch, capsys, no_model_loads, argv, message):
+    monkeypatch.chdir(ROOT)
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_yaml_errors_name_the_file_and_line(tmp_path, capsys, no_model_loads):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  steps: 2\n  lr: [1, 2\n")
+    assert cli_main(["train", "--config", str(bad)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert f"{bad}:" in err and "invalid YAML" in err and len(err.splitlines()) == 1
+
+
+def test_debug_shows_the_traceback(no_model_loads):
+    with pytest.raises(ConfigError):
+        cli_main(["train", "--config", "missing.yaml", "--debug"])

@@ -77,7 +77,7 @@ _UNIT_WORD = re.compile(r"(?<=[\d}.\s])\s*((?:sq\.?\s+|square\s+|cubic\s+)?([a-z
 _PERCENT = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\s+percent)\s*$", re.IGNORECASE)
 _SEPARATED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
-_SCALED = re.compile(rf"({_NUMBER})?\s*(?:(?:\\times|\\cdot|\*|x)\s*)?10\s*\^\s*(?:\{{\s*([+-]?\d+)\s*\}}|([+-]?\d))")
+_SCALED = re.compile(rf"(?:({_NUMBER})\s*(?:\\times|\\cdot|\*|x)\s*)?10\s*\^\s*(?:\{{\s*([+-]?\d+)\s*\}}|([+-]?\d))")
 _FRACTION = re.compile(rf"\\frac\s*\{{\s*({_NUMBER})\s*\}}\s*\{{\s*({_NUMBER})\s*\}}|({_NUMBER})\s*/\s*({_NUMBER})")
 _MIXED = re.compile(r"(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))")
 _ZERO = r"[+-]?(?:0+(?:\.0*)?|\.0+)"

@@ -239,10 +239,11 @@ def _reference_partitions(run: str) -> int:
     into groups of 1-3 digits, times 2 per space or hyphen."""
     total = 2 ** min(sum(1 for char in run if not char.isdigit() and char != ","), 64)
     for digits in _DIGIT_RUN.finditer(run):
+        length = min(len(digits.group()), 40)  # 40 digits already allow about 10^10 cuttings
         ways = [1, 1, 2, 4]
-        for _ in range(4, len(digits.group()) + 1):
+        for _ in range(4, length + 1):
             ways.append(ways[-1] + ways[-2] + ways[-3])
-        total *= ways[len(digits.group())]
+        total *= ways[length]
         if total > MAX_REFERENCE_PARTITIONS:
             break
     return total

@@ -166,6 +166,7 @@ def test_quantity_reader_by_hand():
     assert read_quantity(r"2\frac{1}{2}") == Quantity(Fraction(5, 2))
     assert read_quantity(r"2\frac{3}{2}") is None  # not a mixed number: left to the symbolic check
     assert read_quantity("10m") is None  # a bare letter is a variable, not a unit
+    assert read_quantity("x10^3") is None and read_quantity("2x10^3") == Quantity(2000)
     assert read_quantity("1,2") is None  # a list, not a thousands separator
     assert read_quantity(r"1.5 \cdot 10^{-2}") == Quantity(Fraction(3, 200))
 

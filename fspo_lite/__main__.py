@@ -36,12 +36,24 @@ def _command_line() -> str:
     return "python -m fspo_lite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
+def parse_band(text: str) -> list[float]:
+    """'0.2,0.8' -> [0.2, 0.8]; ConfigError for anything but two numbers 0 <= LOW <= HIGH <= 1."""
+    from .config import ConfigError, validate_band
+
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--band={text!r} is not two numbers; valid: LOW,HIGH with 0 <= LOW <= HIGH <= 1, "
+                          "e.g. 0.2,0.8") from None
+    return validate_band(values)
+
+
 def cmd_filter(args) -> int:
     from .config import load_config
     from .filtering import plot_filter, run_filter
 
+    band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
     config = load_config(args.config, args.overrides)
-    band = [float(x) for x in args.band.split(",")] if args.band else None
     result = run_filter(config, args.samples, args.top, band, args.output, command=_command_line())
     print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
           f"train on them with --set data.filter_path={result.path}")
@@ -166,8 +178,24 @@ def cmd_lite(args) -> int:
     return 0
 
 
+USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError")
+"""Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
+
+
+def error_line(error: BaseException) -> str:
+    """One line for an error: the message of a user error; type and message of anything else
+    (file errors name their file), with a pointer to --debug."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    if type(error).__name__ in USER_ERRORS:
+        return f"fspo_lite: error: {message}"
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    return f"fspo_lite: error: {type(error).__name__}: {message[:500]} (run with --debug for the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo_lite", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     from .evaluation.benchmarks import BENCHMARKS
     from .experiment import profile_names
@@ -269,8 +297,19 @@ def main(argv: list[str] | None = None) -> int:
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)
-    args = parser.parse_args(argv)
-    return args.run(args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line, also after the command
+    args = parser.parse_args([a for a in argv if a != "--debug"])
+    if debug:
+        return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("fspo_lite: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # one line per error; --debug shows the traceback
+        print(error_line(error), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ common hub releases load as they are.
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from dataclasses import asdict, dataclass, field
@@ -158,11 +159,38 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
     )
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def decode_json(text: str):
+    """json.loads that accepts only standard JSON: NaN/Infinity and numbers overflowing to inf are
+    refused (ValueError); so are integers over Python's digit limit and nesting deep enough to
+    exhaust recursion (both as ValueError, whose message says which)."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _json_problem(error: ValueError) -> str:
+    if isinstance(error, json.JSONDecodeError):  # msg may end in "at" ("Unterminated string starting at")
+        return f"{error.msg}{'' if error.msg.endswith(' at') else ' at'} column {error.colno}"
+    return str(error).split(";")[0]
+
+
 def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
     with open(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
             try:
-                text = raw.decode("utf-8")
+                text = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a leading BOM is not data
             except UnicodeDecodeError as error:
                 if skip_bad:
                     stats["skipped"] += 1
@@ -171,12 +199,13 @@ def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, 
             if not text.strip():
                 continue
             try:
-                yield line_number, json.loads(text)
-            except json.JSONDecodeError as error:
+                row = decode_json(text)
+            except ValueError as error:
                 if skip_bad:
                     stats["skipped"] += 1
                     continue
-                raise DataError(f"{path}:{line_number}: broken JSON ({error.msg} at column {error.colno})") from None
+                raise DataError(f"{path}:{line_number}: broken JSON ({_json_problem(error)})") from None
+            yield line_number, row
 
 
 def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
@@ -185,11 +214,13 @@ def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[i
         yield from _read_jsonl(path, skip_bad, stats)
     elif suffix == ".json":
         try:
-            rows = json.loads(path.read_bytes().decode("utf-8"))
+            rows = decode_json(path.read_bytes().decode("utf-8-sig"))
         except UnicodeDecodeError as error:
             raise DataError(f"{path}: invalid UTF-8 at byte {error.start} ({error.reason})") from None
         except json.JSONDecodeError as error:
-            raise DataError(f"{path}: broken JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
+            raise DataError(f"{path}: broken JSON ({_json_problem(error)}, line {error.lineno})") from None
+        except ValueError as error:
+            raise DataError(f"{path}: broken JSON ({_json_problem(error)})") from None
         rows = rows.get("data") if isinstance(rows, dict) else rows
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a list of objects (or {{\"data\": [...]}}) at the top level")
@@ -244,6 +275,8 @@ def resolve_source(spec: str) -> tuple[str, Path | None]:
     if spec.startswith("hf:"):
         return spec[3:].split("@")[0].split(":")[0].split("/")[-1], None
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise DataError(f"data source '{spec}' is a folder; give a .jsonl/.json/.parquet file inside it")
     if not path.exists():
         raise DataError(
             f"data source '{spec}' is not a file; use bundled:<name> ({', '.join(bundled_names())}), "

@@ -231,7 +231,12 @@ def apply_lora(model, config):
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.adapter_path:
-        return PeftModel.from_pretrained(model, config.adapter_path, is_trainable=True)
+        adapter = Path(config.adapter_path).expanduser()
+        looks_local = adapter.exists() or config.adapter_path.startswith((".", "/", "~")) or config.adapter_path.count("/") != 1
+        if looks_local and not (adapter / "adapter_config.json").exists():  # else a hub id: peft resolves it
+            raise ModelLoadError(f"model.adapter_path={config.adapter_path!r}: no adapter_config.json there; give the "
+                                 "folder of a saved LoRA adapter, e.g. <output_dir>/checkpoints/step-000050/model")
+        return PeftModel.from_pretrained(model, str(adapter) if looks_local else config.adapter_path, is_trainable=True)
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [m for m in config.lora_target_modules if m in present]
     if not targets:

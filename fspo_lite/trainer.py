@@ -20,8 +20,8 @@ from tqdm.auto import tqdm
 
 from . import algos
 from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import Config
-from .data import QAExample, load_mixture
+from .config import Config, validate_config
+from .data import DataError, QAExample, load_mixture
 from .distributed import Distributed, loss_normalisers
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
@@ -89,6 +89,10 @@ def load_training_examples(config: Config) -> list[QAExample]:
     if config.data.filter_path:
         kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
         examples = [e for e in examples if e.id in kept]
+        if not examples:
+            raise DataError(f"{config.data.filter_path}: none of its kept ids is in {config.data.train}")
+    if not examples:
+        raise DataError(f"{config.data.train}: no training examples (the file has no usable rows)")
     return examples[: config.data.limit] if config.data.limit else examples
 
 
@@ -105,17 +109,19 @@ class Trainer:
 
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
                  verifier=None, progress: bool = True):
+        validate_config(config)  # before any model loads (load_config checks too; configs built in code come here)
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)
         self.dist = Distributed()  # [distributed] rank, world size, collectives (one process: identities)
+        # the data before the model: a bad data file is reported in a second, not after the model loads
+        self.examples = train_examples if train_examples is not None else load_training_examples(config)
         if model is None or tokenizer is None:
             model, tokenizer = load_policy(config.model, seed=config.train.seed,
                                            max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                                            fast_inference=config.rollout.engine == "vllm",
                                            gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization)
         self.model, self.tokenizer = model, tokenizer
-        self.examples = train_examples if train_examples is not None else load_training_examples(config)
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.judges = build_judges(config)
@@ -156,10 +162,12 @@ class Trainer:
         Weights, optimizer, RNG states (sampling included), data position and fault counters
         come back as they were, and rows that metrics.jsonl / samples.jsonl got after the
         checkpoint are dropped, so the resumed run logs each later step exactly once and
-        reproduces the uninterrupted run's numbers.
+        reproduces the uninterrupted run's numbers. With no checkpoint the run starts over, so
+        every row an earlier attempt logged is dropped (no step logged twice).
         """
         path = latest_checkpoint(self.output_dir)
         if path is None:
+            self._drop_rows_after(0)
             return False
         if self.dist.shards_weights:  # [distributed]
             raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
@@ -177,10 +185,20 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
         self.bad_steps = state.get("bad_steps", 0)
-        self.logger.truncate_after(self.step_index)
-        truncate_jsonl(self.output_dir / "samples.jsonl", self.step_index)
+        self._drop_rows_after(self.step_index)
         print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
         return True
+
+    def _drop_rows_after(self, step: int) -> None:
+        """Keep the metrics/samples rows of steps 1..step (those the resumed state covers); torn
+        lines left by a killed writer go too."""
+        if self.dist.is_main:
+            had_rows = self.logger.path.exists() and self.logger.path.stat().st_size > 0
+            self.logger.truncate_after(step)
+            truncate_jsonl(self.output_dir / "samples.jsonl", step)
+            if step == 0 and had_rows:
+                print(f"[fspo_lite] no checkpoint in {self.output_dir}: starting over, earlier rows dropped")
+        self.dist.wait()
 
     def save(self) -> Path | None:
         """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
@@ -274,10 +292,11 @@ class Trainer:
             record["token_rewards"] = scored.token_rewards[0, :length].tolist()
         append_jsonl(self.output_dir / "samples.jsonl", record)
 
-    def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):
+    def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False, entropy_grad: bool = False):
         return completion_logprobs(
             model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows],
             rollout.completion_mask[rows], self.config.rollout.temperature, with_entropy, self.share_prompts,
+            entropy_grad,
         )
 
     @torch.no_grad()
@@ -322,11 +341,16 @@ class Trainer:
             for index, rows in enumerate(micro_batches):
                 # [distributed] gradients are all-reduced once, in the last micro-batch's backward
                 with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
-                    logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0)
+                    bonus = train.entropy_coef > 0
+                    logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0 or bonus,
+                                                   entropy_grad=bonus)
                     old = logp.detach() if old_logp is None else old_logp[rows]
                     token_loss, clipped = algos.clipped_surrogate(
                         logp, old, advantages[rows], train.epsilon_low, train.epsilon_high
                     )
+                    if bonus:
+                        token_loss = algos.entropy_bonus(token_loss, entropy, train.entropy_coef)
+                        entropy = entropy.detach()
                     if ref_logp is not None:
                         kl = algos.kl_k3(logp, ref_logp[rows])
                         token_loss = token_loss + train.beta * kl

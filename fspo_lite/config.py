@@ -314,6 +314,9 @@ class TrainConfig:
     max_bad_steps: int = 3
     """Stop after this many consecutive steps with a non-finite loss or gradient."""
     tensorboard: bool = False
+    fsdp: bool = False
+    """Shard weights, gradients and optimizer state over the processes torchrun starts (torch FSDP2: every decoder
+    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md)."""
 
 
 @dataclass

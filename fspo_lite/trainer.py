@@ -23,6 +23,7 @@ from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint
 from .config import Config
 from .data import QAExample, load_mixture
 from .distributed import Distributed, loss_normalisers
+from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
@@ -108,7 +109,8 @@ class Trainer:
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)
-        self.dist = Distributed()  # [distributed] rank, world size, collectives (one process: identities)
+        # [distributed] rank, world size, collectives (one process: identities); FSDP2 shards under torchrun
+        self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
         if model is None or tokenizer is None:
             model, tokenizer = load_policy(config.model, seed=config.train.seed,
                                            max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
@@ -161,18 +163,18 @@ class Trainer:
         path = latest_checkpoint(self.output_dir)
         if path is None:
             return False
-        if self.dist.shards_weights:  # [distributed]
-            raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
-                                "is split over ranks and checkpoints keep only the model weights")
         try:
-            state = load_checkpoint(path, self.model, self.optimizer)
+            if self.dist.shards_weights:  # [distributed] sharded weights, optimizer state and every rank's RNG
+                state = self.dist.load_checkpoint(path, self.train_model, self.optimizer)
+            else:
+                state = load_checkpoint(path, self.model, self.optimizer)
         except CheckpointError as error:
             older = [p.name for p in complete_checkpoints(self.output_dir) if p.name < path.name]
             hint = (f"; to resume from the newest intact one, remove {path} (intact: {', '.join(older)})" if older
                     else "; no older intact checkpoint exists")
             raise CheckpointError(f"{error}{hint}") from None
         self.step_index = state["step"]
-        if self.dist.world_size > 1:  # [distributed] the checkpoint holds rank 0's RNG: give each rank its own again
+        if self.dist.world_size > 1 and not self.dist.shards_weights:  # [distributed] rank 0's RNG only: reseed
             set_seed(self.config.train.seed + self.dist.rank + 1_000_003 * self.step_index)
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
@@ -188,10 +190,14 @@ class Trainer:
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
+        sharded = {}
+        if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state
+            sharded[SHARDED_DIR] = self.dist.save_sharded(self.output_dir / "checkpoints" / ".sharded-staging",
+                                                          self.train_model, self.optimizer)
         path = None
         if self.dist.is_main:
-            path = save_checkpoint(self.output_dir, self.step_index, self.model, self.optimizer, state, self.config,
-                                   state_dict=weights)
+            path = save_checkpoint(self.output_dir, self.step_index, self.model, None if sharded else self.optimizer,
+                                   state, self.config, state_dict=weights, extra_dirs=sharded)
         self.dist.wait()
         return path
 

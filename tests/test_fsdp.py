@@ -111,7 +111,7 @@ def test_fsdp_two_processes_match_one_process_lora_and_full_and_checkpoints_load
 
 # ---- kill -9 and resume ----------------------------------------------------------------------
 
-STEPS = 4
+STEPS = 3
 
 
 def start_fsdp_run(output_dir: Path, data: Path, *extra: str) -> subprocess.Popen:

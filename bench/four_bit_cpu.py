@@ -107,7 +107,8 @@ def main() -> None:
             handle.write(json.dumps(row) + "\n")
     base, quant = rows
     print(f"4-bit / float32: generation x{quant['generation_s'] / base['generation_s']:.2f}, "
-          f"update x{quant['update_s'] / base['update_s']:.2f}, peak RSS x{quant['peak_rss_mib'] / base['peak_rss_mib']:.2f}")
+          f"update x{quant['update_s'] / base['update_s']:.2f}, "
+          f"peak RSS x{quant['peak_rss_mib'] / base['peak_rss_mib']:.2f}")
 
 
 if __name__ == "__main__":

@@ -129,6 +129,10 @@ class Distributed:
         generation, the reference pass and saving (`unwrap`)."""
         return self.accelerator.prepare(model, optimizer)
 
+    def prepare_frozen(self, model):
+        """A frozen model (the KL reference) on this rank's device."""
+        return model.to(self.device)
+
     def unwrap(self, model):
         return self.accelerator.unwrap_model(model)
 

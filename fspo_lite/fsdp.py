@@ -47,7 +47,8 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     inner = getattr(causal_lm(model), "model", None)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList) or len(layers) == 0:
-        raise ValueError(f"train.fsdp: found no decoder layers at model.model.layers in {type(causal_lm(model)).__name__}")
+        raise ValueError("train.fsdp: found no decoder layers at model.model.layers in "
+                         f"{type(causal_lm(model)).__name__}")
     return list(layers)
 
 
@@ -116,12 +117,19 @@ class FSDPDistributed:
             raise RuntimeError("train.fsdp: the optimizer must be prepared before its first step")
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))
         model.to(self.device)
-        shard_model(model, mesh=self.mesh, compute_dtype=compute_dtype_for(self.device, next(model.parameters()).dtype))
+        dtype = compute_dtype_for(self.device, next(model.parameters()).dtype)
+        shard_model(model, mesh=self.mesh, compute_dtype=dtype)
         trainable = [p for p in model.parameters() if p.requires_grad]
         if len(optimizer.param_groups) != 1:
             raise RuntimeError("train.fsdp: expected one optimizer parameter group")
         optimizer.param_groups[0]["params"] = trainable
         return model, optimizer
+
+    def prepare_frozen(self, model):
+        """A frozen model (the KL reference of full fine-tuning), sharded like the policy."""
+        model.to(self.device)
+        dtype = compute_dtype_for(self.device, next(model.parameters()).dtype)
+        return shard_model(model, mesh=self.mesh, compute_dtype=dtype)
 
     def unwrap(self, model):
         return model

@@ -171,8 +171,9 @@ def require_bitsandbytes() -> None:
     try:
         import bitsandbytes  # noqa: F401
     except Exception as error:  # a wheel without a backend for this platform raises at import
+        first_line = str(error).splitlines()[0] if str(error) else ""
         raise ModelLoadError(f"model.load_in_4bit: bitsandbytes cannot run here ({type(error).__name__}: "
-                             f"{str(error).splitlines()[0] if str(error) else ''}); use model.load_in_4bit=false") from None
+                             f"{first_line}); use model.load_in_4bit=false") from None
 
 
 def four_bit_placement() -> tuple[torch.dtype, dict]:
@@ -190,7 +191,7 @@ def keep_trainable_4bit_layout(model) -> int:
     pass without gradients (a rollout) into a layout whose matmul has no backward: from then on no
     gradient flows through the frozen base layers to the layers below, so LoRA training is silently
     wrong. Each checkpoint save also undoes and redoes the repack, re-quantizing the block scales.
-    Keeping the standard NF4 layout costs about twice the CPU generation time and keeps QLoRA exact.
+    Keeping the standard NF4 layout makes CPU generation slower and keeps QLoRA exact.
     """
     import bitsandbytes as bnb
 

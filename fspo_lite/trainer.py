@@ -132,7 +132,7 @@ class Trainer:
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
         self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
-            self.reference.to(self.dist.device)
+            self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
         self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)

@@ -1,10 +1,11 @@
 """Deterministic tiny-model training for the multi-process tests (tests/test_distributed.py).
 
 Run as `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 tests/dist_driver.py
-OUTPUT_DIR STEPS METHOD [--set KEY=VALUE ...] [--then-cli DATA_FILE]`, or under torchrun with
-`--set train.fsdp=true` (FSDP2), or call `train(...)` in-process. Completions and rewards are fixed functions of the prompt and
-the completion tokens, independent of how prompts are batched or which rank holds them, so one
-2-process step and one single-process step see exactly the same global batch. After every
+OUTPUT_DIR STEPS METHOD [--set KEY=VALUE ...] [--and DIR:KEY=VALUE,...] [--then-cli DATA_FILE]`, under
+torchrun with `--set train.fsdp=true` (FSDP2, tests/test_fsdp.py), or call `train(...)` in-process.
+Completions and rewards are fixed functions of the prompt and the completion tokens, independent of
+how prompts are batched or which rank holds them, so one 2-process step and one single-process step
+see exactly the same global batch. After every
 step each rank writes its LoRA weights (all weights with model.lora=false; under FSDP the main process
 writes the gathered weights) to OUTPUT_DIR/weights-rank<R>-step<S>.pt; at the end
 the trainer saves a checkpoint, and the main process records the launch in OUTPUT_DIR/launch.json.

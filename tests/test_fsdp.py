@@ -53,10 +53,10 @@ def driver():
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """One process, the fixed batch: one LoRA step and one full-weights step."""
+    """One process, the fixed batch: one LoRA step and one full-weights step (with a KL term to a reference copy)."""
     root = tmp_path_factory.mktemp("single")
     driver().train(root / "lora", 1, "fspo")
-    driver().train(root / "full", 1, "fspo", ["model.lora=false"])
+    driver().train(root / "full", 1, "fspo", ["model.lora=false", "train.beta=0.01"])  # KL to a frozen copy
     return root
 
 
@@ -81,7 +81,8 @@ def test_fsdp_two_processes_match_one_process_lora_and_full_and_checkpoints_load
 
     save_examples(driver().EXAMPLES, tmp_path / "train.jsonl")
     result = run(torchrun("tests/dist_driver.py", str(tmp_path / "lora"), "1", "fspo", "--set", "train.fsdp=true",
-                          "--and", f"{tmp_path / 'full'}:model.lora=false", "--then-cli", str(tmp_path / "train.jsonl")))
+                          "--and", f"{tmp_path / 'full'}:model.lora=false,train.beta=0.01",
+                          "--then-cli", str(tmp_path / "train.jsonl")))
     assert json.loads((tmp_path / "lora" / "launch.json").read_text()) == {
         "distributed_type": "FSDPDistributed", "world_size": 2, "shards_weights": True}
     assert_same_step(tmp_path / "lora", single / "lora")

@@ -196,12 +196,14 @@ def test_four_bit_without_a_working_bitsandbytes_fails_in_one_line(tmp_path, mon
     from fspo_lite.models import require_bitsandbytes
 
     real_find_spec = util.find_spec
-    monkeypatch.setattr(util, "find_spec", lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    monkeypatch.setattr(util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
     with pytest.raises(ModelLoadError, match=r"needs the 'bitsandbytes' package: pip install") as missing:
         require_bitsandbytes()
     monkeypatch.setattr(util, "find_spec", real_find_spec)
     (tmp_path / "bitsandbytes").mkdir()
-    (tmp_path / "bitsandbytes" / "__init__.py").write_text("raise RuntimeError('no native library for this CPU\\nmore')\n")
+    (tmp_path / "bitsandbytes" / "__init__.py").write_text(
+        "raise RuntimeError('no native library for this CPU\\nmore')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "bitsandbytes", raising=False)
     with pytest.raises(ModelLoadError, match=r"bitsandbytes cannot run here \(RuntimeError: no native library for "

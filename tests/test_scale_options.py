@@ -36,7 +36,8 @@ def test_fsdp_refuses_a_4bit_base_in_one_line():
 
     model = torch.nn.Linear(2, 2)
     model.weight = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.uint8), requires_grad=False)
-    with pytest.raises(ValueError, match=r"floating-point weights only, this model has torch.uint8 ones .* data-parallel"):
+    with pytest.raises(ValueError, match=r"floating-point weights only, this model has torch.uint8 ones .* "
+                                         r"data-parallel"):
         shard_model(model)
 
 

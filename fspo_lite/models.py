@@ -167,7 +167,7 @@ def four_bit_options(dtype: torch.dtype) -> dict:
 def require_bitsandbytes() -> None:
     """Raise ModelLoadError unless bitsandbytes is installed and imports (it runs NF4 on CPUs and CUDA GPUs)."""
     if importlib.util.find_spec("bitsandbytes") is None:
-        raise ModelLoadError("model.load_in_4bit needs the 'bitsandbytes' package: pip install 'bitsandbytes>=0.48'")
+        raise ModelLoadError("model.load_in_4bit needs the 'bitsandbytes' package: pip install 'bitsandbytes>=0.50'")
     try:
         import bitsandbytes  # noqa: F401
     except Exception as error:  # a wheel without a backend for this platform raises at import

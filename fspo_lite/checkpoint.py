@@ -68,11 +68,12 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None,
-                    state_dict: dict | None = None) -> Path:
+                    state_dict: dict | None = None, extra_dirs: dict[str, Path] | None = None) -> Path:
     """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it.
 
     `state_dict`: the model's weights when they were gathered from ranks that shard them (FSDP);
-    None saves the model's own parameters."""
+    None saves the model's own parameters. `optimizer` None writes no optimizer.pt (its state is sharded
+    in one of `extra_dirs`: {name: folder} moved into the checkpoint before the manifest is written)."""
     root = Path(output_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -81,8 +82,11 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     staging = root / f".staging-{step:06d}-{os.getpid()}"
     staging.mkdir()
     model.save_pretrained(staging / "model", safe_serialization=True, state_dict=state_dict)
-    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     torch.save(rng_state(), staging / "rng.pt")
+    for name, folder in (extra_dirs or {}).items():
+        os.rename(folder, staging / name)
     (staging / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
     if config is not None:
         config.save(staging / "config.yaml")

@@ -43,8 +43,8 @@ class ModelConfig:
     """Recompute activations in the backward pass. None: on for models above 1B parameters, where
     activations dominate memory; off below, where it only costs about a third more compute."""
     load_in_4bit: bool = False
-    """QLoRA (GPU only): 4-bit NF4 base weights with double quantization through bitsandbytes, compute in
-    bfloat16 where the GPU supports it (Ampere and newer), else float16 (T4); needs model.lora."""
+    """QLoRA: 4-bit NF4 base weights with double quantization through bitsandbytes; compute in float32 on a CPU,
+    on a GPU in bfloat16 where supported (Ampere and newer), else float16 (T4); needs model.lora."""
     backend: str = "transformers"
     """transformers | unsloth (GPU only: Unsloth's 4-bit loading, LoRA kernels and its vLLM for rollout.engine=vllm)."""
 
@@ -334,6 +334,9 @@ class TrainConfig:
     entropy_coef: float = 0.0
     """Entropy bonus: the loss subtracts entropy_coef x the mean token entropy (same aggregation as the policy
     loss). 0 (default) skips it; the FSPO run used 0.001."""
+    fsdp: bool = False
+    """Shard weights, gradients and optimizer state over the processes torchrun starts (torch FSDP2: every decoder
+    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md)."""
 
 
 @dataclass
@@ -604,3 +607,11 @@ def validate_band(band: Any, key: str = "--band") -> list[float]:
 
 def config_json(config: Config) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=False)
+
+
+def parse_overrides(texts: list[str]) -> dict[str, Any]:
+    """'section.key=value' strings as a flat {'section.key': value} dict (values parsed as YAML), each key
+    checked against the config's fields, for passing on (e.g. to a notebook's `overrides` parameter)."""
+    parsed = dict(_split_override(text) for text in texts)
+    apply_overrides(Config(), parsed)  # raises ConfigError naming an unknown key or a bad value
+    return parsed

@@ -64,6 +64,22 @@ def load_profile(name_or_path: str) -> Profile:
     return Profile(path.stem, str(data.get("out", ".")), notebooks, data.get("description", ""))
 
 
+TRAINING_NOTEBOOK = "03_train_fspo.ipynb"
+
+
+def with_training_overrides(profile: Profile, overrides: dict[str, Any]) -> Profile:
+    """The profile with config overrides (e.g. {"model.load_in_4bit": True}) added to the training notebook's
+    `overrides` parameter; the given values win over the profile's own."""
+    if not overrides:
+        return profile
+    names = [name for name, _ in profile.notebooks]
+    if TRAINING_NOTEBOOK not in names:
+        raise ValueError(f"profile {profile.name} runs no {TRAINING_NOTEBOOK}: --set has nothing to apply to")
+    notebooks = [(name, {**parameters, "overrides": {**(parameters.get("overrides") or {}), **overrides}})
+                 if name == TRAINING_NOTEBOOK else (name, parameters) for name, parameters in profile.notebooks]
+    return Profile(profile.name, profile.out, notebooks, profile.description)
+
+
 def resolve_parameters(parameters: dict[str, Any], out: Path) -> dict[str, Any]:
     """Replace '{out}' in string values (also inside lists) by the absolute output root."""
     def fill(value):

@@ -23,6 +23,7 @@ from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint
 from .config import Config, validate_config
 from .data import DataError, QAExample, load_mixture
 from .distributed import Distributed, loss_normalisers
+from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
@@ -113,7 +114,8 @@ class Trainer:
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)
-        self.dist = Distributed()  # [distributed] rank, world size, collectives (one process: identities)
+        # [distributed] rank, world size, collectives (one process: identities); FSDP2 shards under torchrun
+        self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
         # the data before the model: a bad data file is reported in a second, not after the model loads
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
         if model is None or tokenizer is None:
@@ -136,7 +138,7 @@ class Trainer:
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
         self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
-            self.reference.to(self.dist.device)
+            self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
         self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
@@ -169,18 +171,18 @@ class Trainer:
         if path is None:
             self._drop_rows_after(0)
             return False
-        if self.dist.shards_weights:  # [distributed]
-            raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
-                                "is split over ranks and checkpoints keep only the model weights")
         try:
-            state = load_checkpoint(path, self.model, self.optimizer)
+            if self.dist.shards_weights:  # [distributed] sharded weights, optimizer state and every rank's RNG
+                state = self.dist.load_checkpoint(path, self.train_model, self.optimizer)
+            else:
+                state = load_checkpoint(path, self.model, self.optimizer)
         except CheckpointError as error:
             older = [p.name for p in complete_checkpoints(self.output_dir) if p.name < path.name]
             hint = (f"; to resume from the newest intact one, remove {path} (intact: {', '.join(older)})" if older
                     else "; no older intact checkpoint exists")
             raise CheckpointError(f"{error}{hint}") from None
         self.step_index = state["step"]
-        if self.dist.world_size > 1:  # [distributed] the checkpoint holds rank 0's RNG: give each rank its own again
+        if self.dist.world_size > 1 and not self.dist.shards_weights:  # [distributed] rank 0's RNG only: reseed
             set_seed(self.config.train.seed + self.dist.rank + 1_000_003 * self.step_index)
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
@@ -206,10 +208,14 @@ class Trainer:
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
+        sharded = {}
+        if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state
+            sharded[SHARDED_DIR] = self.dist.save_sharded(self.output_dir / "checkpoints" / ".sharded-staging",
+                                                          self.train_model, self.optimizer)
         path = None
         if self.dist.is_main:
-            path = save_checkpoint(self.output_dir, self.step_index, self.model, self.optimizer, state, self.config,
-                                   state_dict=weights)
+            path = save_checkpoint(self.output_dir, self.step_index, self.model, None if sharded else self.optimizer,
+                                   state, self.config, state_dict=weights, extra_dirs=sharded)
         self.dist.wait()
         return path
 

@@ -96,7 +96,7 @@ def training_diagnostics(training: pd.DataFrame, order: Sequence[str] | None = N
 
 
 def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.DataFrame | None = None,
-                     settings: dict | None = None) -> str:
+                     settings: dict | None = None, title: str = "Lite reproduction: held-out results") -> str:
     """The results table (mean over seeds +- half the spread), the goal line and the training diagnostics."""
     def cell(method, metric, percent=True):
         value = table.loc[method, metric]
@@ -105,7 +105,7 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
         text = f"{value * scale:.1f}"
         return text + (f" ± {spread * scale / 2:.1f}" if table.loc[method, "seeds"] > 1 else "")
 
-    lines = ["# Lite reproduction: held-out results", ""]
+    lines = [f"# {title}", ""]
     if settings:
         lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
     headers = {"accuracy": "accuracy %", "answer_f1": "answer F1 %", "not_attempted": "not attempted %",

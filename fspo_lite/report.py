@@ -698,8 +698,13 @@ def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str
                   *[f"step_hallucination@{j}" for j in judges],
                   *([f"supported_per_response@{main}", f"unsupported_per_response@{main}",
                      "sentences_per_response", "near_duplicates_per_response"] if main else [])]
+        shown = tables["differences"]
+        if len(matched):  # the matched-length comparisons as rows of their own
+            extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
+            shown = pd.concat([shown, extra[["metric", "method", "baseline", "diff", "low", "high"]]], ignore_index=True)
+            forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
         figures["paired_differences"] = str(Path(figures_dir) / f"{prefix}paired_differences.png")
-        plot_forest(tables["differences"], forest, figures["paired_differences"])
+        plot_forest(shown, forest, figures["paired_differences"])
     if judges:
         figures["step_hallucination_by_judge"] = str(Path(figures_dir) / f"{prefix}step_hallucination_by_judge.png")
         plot_judges(tables["methods"], judges, figures["step_hallucination_by_judge"], order)

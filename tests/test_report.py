@@ -199,3 +199,26 @@ def test_study_report_files_and_goal(tmp_path):
     assert (tmp_path / "figures" / "study_paired_differences.png").exists()
     assert (tmp_path / "figures" / "study_step_hallucination_by_judge.png").exists()
     assert out["judges"] == ["embedding", "lexical"] and json.dumps(out)
+
+
+def test_caution_goal_point_estimates_and_intervals():
+    from fspo_lite.report import caution_goal, length_stratum
+
+    def frame(correct_diff, correct_low, relative, relative_high):
+        return pd.DataFrame([
+            {"metric": "all_attempt_wrong", "method": "caution", "baseline": "grpo", "a": 30.0, "b": 50.0,
+             "diff": -20.0, "low": -30.0, "high": -10.0, "relative": relative, "relative_low": -0.6,
+             "relative_high": relative_high},
+            {"metric": "accuracy", "method": "caution", "baseline": "grpo", "a": 0.29, "b": 0.30,
+             "diff": correct_diff, "low": correct_low, "high": 0.01, "relative": 0.0, "relative_low": 0.0,
+             "relative_high": 0.0}])
+
+    # -40% all-attempt-wrong (interval up to -35%), correct -1 point (interval down to -1.5): met and holds
+    row = caution_goal(frame(-0.01, -0.015, -0.4, -0.35)).iloc[0]
+    assert row["met"] and row["holds"] and row["correct_points"] == pytest.approx(-1.0)
+    # the interval of the relative change reaches -20%: met on the point estimate, does not hold
+    row = caution_goal(frame(-0.01, -0.015, -0.4, -0.2)).iloc[0]
+    assert row["met"] and not row["holds"]
+    # correct down 3 points: not met
+    assert not caution_goal(frame(-0.03, -0.05, -0.4, -0.35)).iloc[0]["met"]
+    assert [length_stratum(n) for n in (1, 2, 4, 5, 9)] == [0, 1, 3, 4, 4]

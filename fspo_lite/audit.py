@@ -133,9 +133,10 @@ def audit_markdown(result: dict) -> str:
     a, b = result["methods"]
     pct = f"{result['level']:.0%}"
     lines = ["## Blind audit", "",
-             f"{result['items']} held-out reasoning sentences ({result['items'] // 2} per method, {result['questions']} "
-             "questions), labeled against the evidence with the gold-set protocol (data/gold_sentences.md) before "
-             "unblinding.", "", "| method | supported | unsupported | not checkable | unsupported share of checkable |",
+             f"{result['items']} held-out reasoning sentences ({result['items'] // 2} per method, "
+             f"{result['questions']} questions), labeled against the evidence with the gold-set protocol "
+             "(data/gold_sentences.md) before unblinding.", "",
+             "| method | supported | unsupported | not checkable | unsupported share of checkable |",
              "|---|---|---|---|---|"]
     for m in result["methods"]:
         c = result["counts"][m]

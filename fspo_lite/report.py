@@ -423,9 +423,11 @@ def matched_length(responses: pd.DataFrame, baseline: str = "grpo", strata: int 
             for m in (method, baseline):
                 sub = pair[pair["method"] == m]
                 seeds = sorted(sub["seed"].unique())
-                num, den = np.zeros((len(seeds), len(questions), strata)), np.zeros((len(seeds), len(questions), strata))
+                shape = (len(seeds), len(questions), strata)
+                num, den = np.zeros(shape), np.zeros(shape)
                 s_index, q_index = {s: i for i, s in enumerate(seeds)}, {q: i for i, q in enumerate(questions)}
-                sums = sub.groupby(["seed", "question", "stratum"])[[f"unsupported@{judge}", f"checkable@{judge}"]].sum()
+                columns = [f"unsupported@{judge}", f"checkable@{judge}"]
+                sums = sub.groupby(["seed", "question", "stratum"])[columns].sum()
                 for (s, q, k), (unsupported, checkable) in sums.iterrows():
                     num[s_index[s], q_index[q], k], den[s_index[s], q_index[q], k] = unsupported, checkable
                 arrays += [num, den]
@@ -590,7 +592,8 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
         for row in matched.itertuples(index=False):
             metric = f"step_hallucination@{row.judge}"
             raw = diff.loc[(metric, row.method)] if diff is not None and (metric, row.method) in diff.index else None
-            raw_text = format_interval(metric, raw["diff"], raw["low"], raw["high"], signed=True) if raw is not None else ""
+            raw_text = ("" if raw is None else
+                        format_interval(metric, raw["diff"], raw["low"], raw["high"], signed=True))
             lines.append(f"| {row.judge} | {row.method} | {raw_text} | "
                          f"{format_interval(metric, row.diff, row.low, row.high, signed=True)} | {row.strata} | "
                          f"{', '.join(f'{w:.2f}' for w in row.weights)} |")
@@ -606,7 +609,8 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
             na = (f"{row['not_attempted_points']:+.1f} [{row['not_attempted_points_low']:+.1f}, "
                   f"{row['not_attempted_points_high']:+.1f}]") if "not_attempted_points" in row else ""
             lines.append(f"| {row['method']} | {row['aaw_method']:.1f} / {row['aaw_baseline']:.1f} | "
-                         f"{row['aaw_relative']:+.1%} [{row['aaw_relative_low']:+.1%}, {row['aaw_relative_high']:+.1%}] | "
+                         f"{row['aaw_relative']:+.1%} [{row['aaw_relative_low']:+.1%}, "
+                         f"{row['aaw_relative_high']:+.1%}] | "
                          f"{row['correct_points']:+.1f} [{row['correct_points_low']:+.1f}, "
                          f"{row['correct_points_high']:+.1f}] | {na} | {'yes' if row['met'] else 'no'} | "
                          f"{'yes' if row['holds'] else 'no'} |")
@@ -701,7 +705,8 @@ def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str
         shown = tables["differences"]
         if len(matched):  # the matched-length comparisons as rows of their own
             extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
-            shown = pd.concat([shown, extra[["metric", "method", "baseline", "diff", "low", "high"]]], ignore_index=True)
+            columns = ["metric", "method", "baseline", "diff", "low", "high"]
+            shown = pd.concat([shown, extra[columns]], ignore_index=True)
             forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
         figures["paired_differences"] = str(Path(figures_dir) / f"{prefix}paired_differences.png")
         plot_forest(shown, forest, figures["paired_differences"])

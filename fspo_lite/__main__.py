@@ -139,6 +139,38 @@ def cmd_verifiers_calibrate(args) -> int:
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
 
 
+def cmd_audit_sample(args) -> int:
+    from .audit import sample_command
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    try:
+        items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
+                                    args.benchmark)
+    except ValueError as error:
+        print(f"audit sample: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.n} sentences ({args.n // max(len(methods), 1)} per method) to label: {items}\n"
+          f"key (keep it closed until every item is labeled): {key}")
+    return 0
+
+
+def cmd_audit_score(args) -> int:
+    import json
+
+    from .audit import audit_markdown, score_command
+
+    try:
+        result = score_command(args.items, args.key, args.resamples, args.seed)
+    except ValueError as error:
+        print(f"audit score: {error}", file=sys.stderr)
+        return 2
+    print(audit_markdown(result))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
+    return 0
+
+
 def cmd_data_list(args) -> int:
     from .data_files import DATA_ENV, DATA_FILES, data_dir, local_path
 
@@ -290,6 +322,27 @@ def main(argv: list[str] | None = None) -> int:
                          "(checked row by row) instead of downloading")
     prepare.add_argument("--force", action="store_true", help="replace files already in the data folder")
     prepare.set_defaults(run=cmd_data_prepare)
+
+    audit = commands.add_parser("audit", help="blind audit of held-out reasoning sentences of two methods "
+                                "(docs/statistics.md)").add_subparsers(dest="audit_command", required=True)
+    sample = audit.add_parser("sample", help="draw sentences equally from two methods, hide the method, shuffle")
+    sample.add_argument("--runs", required=True, help="runs folder (<run>/heldout.json and eval/records.jsonl)")
+    sample.add_argument("--methods", default="grpo,fspo", help="two methods; the score is second - first; "
+                        "default: %(default)s")
+    sample.add_argument("--n", type=int, default=150, help="sentences in all, split equally; default: %(default)s")
+    sample.add_argument("--seed", type=int, default=0, help="seeds the draw and the order; default: %(default)s")
+    sample.add_argument("--out", default="results/audit_items.jsonl", help="items to label; default: %(default)s")
+    sample.add_argument("--key", default="results/audit_key.json", help="item -> method key; default: %(default)s")
+    sample.add_argument("--data", help="evaluation data of the runs (default: the source in their eval/summary.json)")
+    sample.add_argument("--benchmark", default="kbqa", help="short-QA benchmark of the records; default: %(default)s")
+    sample.set_defaults(run=cmd_audit_sample)
+    score = audit.add_parser("score", help="unblind the labeled items and compare the methods")
+    score.add_argument("--items", default="results/audit_items.jsonl", help="the labeled items; default: %(default)s")
+    score.add_argument("--key", default="results/audit_key.json", help="the key; default: %(default)s")
+    score.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples; default: %(default)s")
+    score.add_argument("--seed", type=int, default=0, help="seeds the bootstrap; default: %(default)s")
+    score.add_argument("--json", help="also write the result as JSON here")
+    score.set_defaults(run=cmd_audit_score)
 
     lite = commands.add_parser("lite", help="the lite reproduction: notebooks 01-04 under papermill, then the "
                                "results table (results/summary.md) and figures (figures/lite_*.png)")

@@ -379,6 +379,10 @@ class EvalConfig:
     else the bundled data, else the hub."""
     output_dir: str = "runs/eval"
     """Where summary.json, table.csv and records.jsonl are written."""
+    extra_step_verifiers: list[str] = field(default_factory=list)
+    """More judges of the held-out reasoning sentences besides step_verifier, e.g. [likelihood]: each one's labels
+    are kept per record (sentence_labels_by_judge) and its rates reported separately (step_hallucination@<name>);
+    one that cannot load is an error (no fallback)."""
 
 
 @dataclass

@@ -293,3 +293,24 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
             spans.append((block_start + start, block_start + end))
             cursor = end
     return spans
+
+
+NEAR_DUPLICATE_JACCARD = 0.8
+"""Two sentences are near-duplicates when the Jaccard similarity of their word sets (after normalize_answer)
+is at least this."""
+
+
+def near_duplicate_count(sentences: list[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> int:
+    """How many sentences repeat an earlier one of the list (padding): word-set Jaccard similarity
+    |A & B| / |A | B| >= threshold with some earlier sentence, words from normalize_answer. Sentences with
+    no words are never counted. ["Paris is big.", "paris is BIG", "Lyon is big."] -> 1."""
+    seen: list[set[str]] = []
+    count = 0
+    for sentence in sentences:
+        words = set(normalize_answer(sentence or "").split())
+        if not words:
+            continue
+        if any(len(words & other) / len(words | other) >= threshold for other in seen):
+            count += 1
+        seen.append(words)
+    return count

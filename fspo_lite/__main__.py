@@ -33,7 +33,18 @@ def _command_line() -> str:
     """The command as typed, recorded next to the results it produced."""
     import shlex
 
-    return "python -m fspo_lite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:])
+
+
+def _portable_argument(argument: str) -> str:
+    """An argument with its path (whole, or the VALUE of KEY=VALUE) made portable (fspo_lite.data.portable_spec):
+    recorded commands must run from any checkout's root, so they hold no absolute paths into this one."""
+    from .data import portable_spec
+
+    key, equals, value = argument.partition("=")
+    if equals and not key.startswith(("/", "~")):
+        return f"{key}={portable_spec(value)}"
+    return portable_spec(argument)
 
 
 def cmd_filter(args) -> int:
@@ -54,12 +65,14 @@ def cmd_filter(args) -> int:
 
 def cmd_sweep_prompts(args) -> int:
     from .config import load_config
+    from .data import portable_spec
     from .prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
 
     config = load_config(args.config, args.overrides)
     results = run_sweep(config, load_prompts(args.prompts), args.samples, args.data, args.cache_dir)
-    settings = {"command": _command_line(), "data": args.data or config.data.train, "limit": config.data.limit,
-                "samples": args.samples, "model": config.model.name, "temperature": config.rollout.temperature}
+    settings = {"command": _command_line(), "data": portable_spec(args.data or config.data.train),
+                "limit": config.data.limit, "samples": args.samples, "model": config.model.name,
+                "temperature": config.rollout.temperature}
     print(f"{'prompt':<16}{'correct':>9}{'unknown':>9}{'wrong':>9}{'format':>9}  frontier")
     for r in results:
         print(f"{r.name:<16}{r.correct_rate:>9.3f}{r.not_attempted_rate:>9.3f}{r.wrong_rate:>9.3f}"
@@ -128,12 +141,15 @@ def cmd_verifiers_calibrate(args) -> int:
 
 
 def cmd_lite(args) -> int:
-    from .experiment import load_profile, run_profile
+    from pathlib import Path
 
-    profile = load_profile(args.profile)
-    summary = run_profile(profile, args.out, progress=not args.quiet)
-    out = args.out or profile.out
-    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {out}/results/summary.md")
+    from .experiment import ROOT, load_profile, override_parameters, results_folder, run_profile
+
+    profile = override_parameters(load_profile(args.profile), args.overrides)
+    summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
+    results = results_folder(profile, (ROOT / (args.out or profile.out)).resolve())
+    shown = results.relative_to(Path.cwd()) if results.is_relative_to(Path.cwd()) else results
+    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {shown}/summary.md")
     return 0
 
 
@@ -210,8 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     lite = commands.add_parser("lite", help="the lite reproduction: notebooks 01-04 under papermill, then the "
                                "results table (results/summary.md) and figures (figures/lite_*.png)")
     lite.add_argument("--profile", default="lite", help="lite (under 30 min on 2 CPU cores) | quick (a smoke run, "
-                      "under a minute) | colab_t4 (a T4 GPU, hours) | a profile YAML file; default: %(default)s")
+                      "under a minute) | study (the full comparison, docs/performance.md) | colab_t4 (a T4 GPU, "
+                      "hours) | a profile YAML file; default: %(default)s")
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
+    lite.add_argument("--set", dest="overrides", action="append", default=[], metavar="NB.PARAM=VALUE",
+                      help="replace a notebook parameter of the profile, e.g. --set 03.seeds=[0] or "
+                      "--set 03.overrides.evaluation.limit=2 (NB: the notebook's number or name; repeatable)")
+    lite.add_argument("--data-dir", help="folder with full benchmark copies for the profile's local_data "
+                      "(default: $FSPO_LITE_DATA_DIR; absent files fall back to the bundled samples)")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)
     args = parser.parse_args(argv)

@@ -355,6 +355,8 @@ class EvalConfig:
     a local file or hf:<id>. Defaults: bundled data, else ../shared/data/<file>, else the hub."""
     output_dir: str = "runs/eval"
     """Where summary.json, table.csv and records.jsonl are written."""
+    extra_step_verifiers: list[str] = field(default_factory=list)
+    """More judges of the held-out reasoning sentences besides step_verifier, each reported separately."""
 
 
 @dataclass

@@ -153,3 +153,17 @@ def test_recorded_paths_are_portable(tmp_path):
     assert _portable_argument(inside) == "data/kbqa_test.jsonl"
     assert _portable_argument("--samples") == "--samples"
     assert _portable_argument("train.steps=2") == "train.steps=2"
+
+
+def test_results_go_where_notebook_04_writes_them(tmp_path):
+    from fspo_lite.experiment import record_timings, results_folder
+
+    assert results_folder(load_profile("study"), tmp_path) == tmp_path / "results" / "study"
+    assert results_folder(load_profile("quick"), tmp_path) == tmp_path / "results"
+    folder = tmp_path / "results" / "study"
+    folder.mkdir(parents=True)
+    summary = record_timings(folder, "study", {"03_train_fspo.ipynb": 12.0}, 12.5,
+                             {"halueval": "bundled sample (no data folder)"})
+    assert summary["job"]["benchmark_data"] == {"halueval": "bundled sample (no data folder)"}
+    assert "Benchmark data: halueval: bundled sample" in (folder / "summary.md").read_text()
+    assert "benchmark_data" not in record_timings(folder, "lite", {}, 1.0)["job"]

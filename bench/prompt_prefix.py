@@ -47,7 +47,8 @@ def main() -> int:
     from fspo_lite.verifiers.cli import machine_description
 
     model, tokenizer = load_policy(ModelConfig(name=args.model, lora=False))
-    prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=args.questions)]
+    examples = load_examples("bundled:kbqa_test", limit=args.questions)
+    prompts = [prompt_text(tokenizer, e, Config().data) for e in examples]
     batch = len(prompts) * args.samples
     times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     texts: dict[bool, list[str]] = {}
@@ -67,7 +68,8 @@ def main() -> int:
     after = [statistics.median(t[i] for t in times[True]) for i in (0, 1)]
     print(f"{len(prompts)} prompts x {args.samples} samples x {args.tokens} tokens: without {before[0]:.1f} s wall / "
           f"{before[1]:.1f} s CPU, with {after[0]:.1f} s wall / {after[1]:.1f} s CPU; ratio (with / without) "
-          f"{after[0] / before[0]:.2f} wall, {after[1] / before[1]:.2f} CPU; same answers: {texts[False] == texts[True]}; "
+          f"{after[0] / before[0]:.2f} wall, {after[1] / before[1]:.2f} CPU; "
+          f"same answers: {texts[False] == texts[True]}; "
           f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

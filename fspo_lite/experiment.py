@@ -114,7 +114,8 @@ def local_sources(files: dict[str, str], data_dir: str | Path | None) -> tuple[d
             sources[name] = os.path.relpath(path.resolve(), ROOT)
             used[name] = f"local copy {sources[name]}"
         else:
-            why = f"{os.path.relpath(path, ROOT)} not found" if path is not None else f"no data folder (--data-dir or ${DATA_DIR_ENV})"
+            why = (f"{os.path.relpath(path, ROOT)} not found" if path is not None
+                   else f"no data folder (--data-dir or ${DATA_DIR_ENV})")
             used[name] = f"bundled sample ({why})"
     return sources, used
 

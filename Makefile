@@ -37,7 +37,7 @@ lite: $(STAMP)
 lite-quick: $(STAMP)
 	$(BIN)/python -m fspo_lite lite --profile quick
 
-# the study (configs/lite/study.yaml; about 2.5 h on 2 CPU cores, resumable: run it again to go on). Full
+# the study (configs/lite/study.yaml; about 3 h on 2 CPU cores, docs/performance.md; resumable: rerun to go on). Full
 # TruthfulQA / HaluEval copies come from DATA_DIR (or $$FSPO_LITE_DATA_DIR) when given, else the bundled samples
 study: $(STAMP)
 	$(BIN)/python -m fspo_lite lite --profile study $(if $(DATA_DIR),--data-dir $(DATA_DIR))

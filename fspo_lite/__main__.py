@@ -33,7 +33,18 @@ def _command_line() -> str:
     """The command as typed, recorded next to the results it produced."""
     import shlex
 
-    return "python -m fspo_lite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:])
+
+
+def _portable_argument(argument: str) -> str:
+    """An argument with its path (whole, or the VALUE of KEY=VALUE) made portable (fspo_lite.data.portable_spec):
+    recorded commands must run from any checkout's root, so they hold no absolute paths into this one."""
+    from .data import portable_spec
+
+    key, equals, value = argument.partition("=")
+    if equals and not key.startswith(("/", "~")):
+        return f"{key}={portable_spec(value)}"
+    return portable_spec(argument)
 
 
 def parse_band(text: str) -> list[float]:
@@ -66,12 +77,14 @@ def cmd_filter(args) -> int:
 
 def cmd_sweep_prompts(args) -> int:
     from .config import load_config
+    from .data import portable_spec
     from .prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
 
     config = load_config(args.config, args.overrides)
     results = run_sweep(config, load_prompts(args.prompts), args.samples, args.data, args.cache_dir)
-    settings = {"command": _command_line(), "data": args.data or config.data.train, "limit": config.data.limit,
-                "samples": args.samples, "model": config.model.name, "temperature": config.rollout.temperature}
+    settings = {"command": _command_line(), "data": portable_spec(args.data or config.data.train),
+                "limit": config.data.limit, "samples": args.samples, "model": config.model.name,
+                "temperature": config.rollout.temperature}
     print(f"{'prompt':<16}{'correct':>9}{'unknown':>9}{'wrong':>9}{'format':>9}  frontier")
     for r in results:
         print(f"{r.name:<16}{r.correct_rate:>9.3f}{r.not_attempted_rate:>9.3f}{r.wrong_rate:>9.3f}"
@@ -201,13 +214,22 @@ def cmd_data_prepare(args) -> int:
 
 
 def cmd_lite(args) -> int:
-    from .config import parse_overrides
-    from .experiment import load_profile, run_profile, with_training_overrides
+    from pathlib import Path
 
-    profile = with_training_overrides(load_profile(args.profile), parse_overrides(args.overrides))
-    summary = run_profile(profile, args.out, progress=not args.quiet)
-    out = args.out or profile.out
-    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {out}/results/summary.md")
+    from .config import parse_overrides
+    from .experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
+                             with_training_overrides)
+
+    # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
+    # training runs (notebook 03's `overrides`)
+    notebook_sets = [item for item in args.overrides if item[:2].isdigit()]
+    config_sets = [item for item in args.overrides if not item[:2].isdigit()]
+    profile = override_parameters(load_profile(args.profile), notebook_sets)
+    profile = with_training_overrides(profile, parse_overrides(config_sets))
+    summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
+    results = results_folder(profile, (ROOT / (args.out or profile.out)).resolve())
+    shown = results.relative_to(Path.cwd()) if results.is_relative_to(Path.cwd()) else results
+    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {shown}/summary.md")
     return 0
 
 
@@ -349,10 +371,14 @@ def main(argv: list[str] | None = None) -> int:
     lite.add_argument("--profile", default="lite", help="a profile YAML file or one of: " + "; ".join(
         f"{name} ({description})" for name, description in profile_names().items()) + "; default: %(default)s")
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
+    lite.add_argument("--set", dest="overrides", action="append", default=[], metavar="[NB.]KEY=VALUE",
+                      help="KEY=VALUE: a config key of the training runs (notebook 03's `overrides`), e.g. --set "
+                      "model.load_in_4bit=true; NB.PARAM=VALUE: a notebook parameter, NB the notebook's number or "
+                      "name, e.g. --set 03.seeds=[0] (repeatable)")
+    lite.add_argument("--data-dir", help="the data folder the profile's local_data benchmarks read their full copies "
+                      "from (default: $FSPO_LITE_DATA, else ~/.cache/fspo-lite/data; absent files: the bundled "
+                      "samples)")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
-    lite.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                      help="a config override for the training runs of notebook 03 (its `overrides` parameter), "
-                           "e.g. --set model.load_in_4bit=true (repeatable)")
     lite.set_defaults(run=cmd_lite)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, also after the command

@@ -115,6 +115,10 @@ class RolloutConfig:
     started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True on a machine that can read train.output_dir."""
     vllm_server_timeout: float = 600.0
     """Seconds to wait for one server response."""
+    share_prompt_prefix: bool = True
+    """transformers engine, with share_prompt_prefill: encode the tokens that every prompt of a generation batch
+    starts with (system prompt, demonstrations) once, then each prompt's own rest (the same KV cache up to float
+    rounding; docs/performance.md). Used when that common start is at least 16 tokens."""
 
 
 @dataclass

@@ -361,3 +361,20 @@ def save_examples(examples: Iterable[QAExample], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for example in examples:
             handle.write(json.dumps(example.to_dict(), ensure_ascii=False) + "\n")
+
+
+def portable_spec(spec: str, root: str | Path | None = None) -> str:
+    """A data spec or path as a user of another checkout can type it, for records of how a result was made:
+    an absolute path inside the repository (`root`, default: this checkout) becomes relative to it, and a copy of
+    a bundled file anywhere (e.g. another checkout's data/kbqa_train.jsonl) becomes `bundled:<name>`; anything
+    else (bundled:, hf:, relative paths, files outside) comes back unchanged."""
+    if not spec or not (spec.startswith("/") or spec.startswith("~")):
+        return spec
+    root = Path(root).resolve() if root is not None else DATA_DIR.parent
+    path = Path(spec).expanduser().resolve()
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix() or "."
+    bundled = DATA_DIR / path.name
+    if path.suffix == ".jsonl" and path.is_file() and bundled.is_file() and path.read_bytes() == bundled.read_bytes():
+        return f"bundled:{path.stem}"
+    return spec

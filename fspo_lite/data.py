@@ -160,6 +160,8 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
 
 
 def _reject_constant(name: str):
+    if name == "NaN":  # pandas writes a missing value as NaN (e.g. TruthfulQA's "source" field): read it as null
+        return None
     raise ValueError(f"{name} is not a valid JSON number")
 
 
@@ -171,8 +173,8 @@ def _finite_float(text: str) -> float:
 
 
 def decode_json(text: str):
-    """json.loads that accepts only standard JSON: NaN/Infinity and numbers overflowing to inf are
-    refused (ValueError); so are integers over Python's digit limit and nesting deep enough to
+    """json.loads that accepts only standard JSON, plus NaN read as null (a missing value, as pandas writes it):
+    Infinity and numbers overflowing to inf are refused (ValueError); so are integers over Python's digit limit and nesting deep enough to
     exhaust recursion (both as ValueError, whose message says which)."""
     try:
         return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)

@@ -241,12 +241,21 @@ def test_manifests_with_sizes_only_still_load(tmp_path, tiny_policy):
 # ---------------------------------------------------------------- 5. bad data, bad settings, loss edge cases
 
 
+def test_nan_is_a_missing_value(tmp_path):
+    """pandas writes a missing value as NaN (the TruthfulQA release has "source": NaN): it reads as null, so an
+    unused field does not stop the load and a NaN answer is a missing answer."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"question": "good", "answer": "yes", "source": NaN}\n{"question": "q", "answer": NaN}\n')
+    with pytest.raises(DataError, match="rows.jsonl:2: no answer field"):
+        load_examples(str(path))
+    assert [e.question for e in load_examples(str(path), skip_bad_rows=True)] == ["good"]
+
+
 @pytest.mark.parametrize("line, problem", [
     ("[" * 100_000, "nested too deeply"),
     ('{"question": "q", "answer": ' + "7" * 5000 + "}", "digit"),
     ('{"question": "q", "answer": Infinity}', "Infinity is not a valid JSON number"),
     ('{"question": "q", "answer": 1e400}', "out of range"),
-    ('{"question": "q", "answer": NaN}', "NaN is not a valid JSON number"),
     ('{"question": "q", "answer": "unterminated}', r"\(Invalid control character at column 43\)"),
     ('{"question": "q", "answer": }', r"\(Expecting value at column 29\)"),
 ])

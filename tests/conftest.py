@@ -10,6 +10,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads that spin while waiting make the 4-bit CPU tests ~10x slower on a busy 2-core machine (the Makefile
+# sets the same); set here, before torch loads, so a plain `python -m pytest` gets it too
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # The full benchmark files come from the data folder, as for a user ($FSPO_LITE_DATA, `python -m fspo_lite data`).
 # On the team's machines a copy sits beside the repository; the tests use it through that same variable.

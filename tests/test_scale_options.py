@@ -52,3 +52,22 @@ def test_accelerate_sharding_is_refused_with_the_torchrun_command():
                                   distributed_type=DistributedType.FSDP, state=SimpleNamespace())
     with pytest.raises(RuntimeError, match="train.fsdp=true and launch with torchrun"):
         Distributed(accelerator)
+
+
+def test_lite_set_takes_notebook_parameters_and_config_keys(monkeypatch, tmp_path):
+    """`lite --set 03.PARAM=V` sets a notebook parameter, `--set KEY=V` a config key of the training runs."""
+    import fspo_lite.experiment as experiment
+    from fspo_lite.__main__ import main
+
+    seen = {}
+
+    def fake_run(profile, out=None, progress=True, data_dir=None):
+        seen["profile"] = profile
+        return {"job": {"total_seconds": 1.0}}
+
+    monkeypatch.setattr(experiment, "run_profile", fake_run)
+    assert main(["lite", "--profile", "quick", "--out", str(tmp_path), "--quiet", "--set", "03.seeds=[7]",
+                 "--set", "train.micro_batch_size=2"]) == 0
+    parameters = dict(seen["profile"].notebooks)["03_train_fspo.ipynb"]
+    assert parameters["seeds"] == [7] and parameters["overrides"]["train.micro_batch_size"] == 2
+    assert main(["lite", "--profile", "quick", "--set", "train.no_such_key=1"]) == 1  # one-line error, no run

@@ -37,7 +37,7 @@ BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 COLAB_GUARD = '"google.colab" in sys.modules'
 GITHUB_URL = re.compile(r"^https://github\.com/([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+?)(?:\.git)?/?$")
 BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
-MARKED_BLOCK = re.compile(r"(<!-- colab:(badges|install-cell) -->\n).*?(\n<!-- /colab:\2 -->)", re.S)
+MARKED_BLOCK = re.compile(r"(<!-- colab:(badges|install-cell) -->\n).*?(^<!-- /colab:\2 -->)", re.S | re.M)
 
 
 class RepositoryError(ValueError):
@@ -232,7 +232,7 @@ def with_colab_blocks(text: str, notebooks: list[str], repo: str) -> str:
             body = "\n".join(rows)
         else:
             body = "```python\n" + colab_install_cell(repo) + "```"
-        return match.group(1) + body + match.group(3)
+        return match.group(1) + body + "\n" + match.group(3)
     return MARKED_BLOCK.sub(block, text)
 
 

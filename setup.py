@@ -1,0 +1,26 @@
+"""Build hook (everything else is in pyproject.toml): a wheel carries the bundled samples.
+
+data/*.jsonl (under 1 MB) sits at the repository root, outside the package, so a plain wheel would lack it.
+This copies it into the wheel as fspo_lite/bundled_data/, which `fspo_lite.data.DATA_DIR` prefers when present;
+a checkout or an editable install reads data/ directly.
+"""
+
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+
+
+class BuildPyWithData(build_py):
+    def run(self):
+        super().run()
+        if getattr(self, "editable_mode", False):  # editable installs read data/ in the checkout
+            return
+        target = Path(self.build_lib) / "fspo_lite" / "bundled_data"
+        target.mkdir(parents=True, exist_ok=True)
+        for path in sorted(Path(__file__).resolve().parent.joinpath("data").glob("*.jsonl")):
+            shutil.copyfile(path, target / path.name)
+
+
+setup(cmdclass={"build_py": BuildPyWithData})

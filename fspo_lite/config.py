@@ -252,6 +252,13 @@ class DetailConfig:
     """Two sentences whose word sets have Jaccard similarity >= this are near-duplicates: only the first counts in S."""
     precision_weight: float = 0.0
     """Weight of S / (T + 1), T = judged sentences of the response (duplicates included); 0 = off."""
+    relevance_weight: float = 0.0
+    """Weight of P(the response addresses the question) from relevance_judge, added to well-formed responses; 0 = off."""
+    relevance_judge: str | None = None
+    """None (off) | llm: a chat model asked whether the response addresses the question (verifier.server_url and its
+    settings when set, else relevance_model run locally)."""
+    relevance_model: str | None = None
+    """The llm relevance judge's local model (None: the bundled smollm2-135m)."""
 
 
 @dataclass
@@ -603,6 +610,11 @@ def validate_config(config: Config) -> None:
            "null or an integer >= 1")
     if config.filter.band is not None:
         validate_band(config.filter.band, "filter.band")
+    detail = config.detail
+    _check(detail.relevance_judge in (None, "llm"), "detail.relevance_judge", detail.relevance_judge, "null | llm")
+    _check(_finite(detail.relevance_weight) and (not detail.relevance_weight or detail.relevance_judge is not None),
+           "detail.relevance_weight", detail.relevance_weight,
+           "a finite number, and 0 unless detail.relevance_judge names a judge (llm)")
 
 
 def validate_band(band: Any, key: str = "--band") -> list[float]:

@@ -225,12 +225,27 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
 
 
 # ---- notebook 03: train and evaluate --------------------------------------------------------
+def arm_overrides(arm: str, arms: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The config keys an arm sets. An arm is a name in notebook 03's `methods` list: a plain reward.method
+    ('grpo', 'caution+fspo') sets only reward.method; a name defined in `arms` (e.g. {'fspo+detail':
+    {'reward.method': 'fspo', 'detail.weight': 0.2}}) sets its mapping of dotted keys, which must name the
+    reward.method. The arm's name, not its reward.method, names the run folder and the method in the reports."""
+    if arms and arm in arms:
+        overrides = dict(arms[arm] or {})
+        if "reward.method" not in overrides:
+            raise ValueError(f"arm {arm!r} must set reward.method among its keys, e.g. "
+                             f"{{'reward.method': 'fspo', 'detail.weight': 0.2}}; got {sorted(overrides)}")
+        return overrides
+    return {"reward.method": arm}
+
+
 def run_config(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path,
-               config_path: str | Path | None = None) -> Config:
-    """The Config of one (method, seed) run: a YAML config (or the defaults), the shared dotted settings, then
-    method, seed and output folder."""
+               config_path: str | Path | None = None, arms: dict[str, dict[str, Any]] | None = None) -> Config:
+    """The Config of one (arm, seed) run: a YAML config (or the defaults), the shared dotted settings, then the
+    arm's keys (`arm_overrides`: its reward.method and, for an arm defined in `arms`, its other keys), seed and
+    output folder. `method` is the arm's name."""
     config = load_config(config_path, dict(shared))
-    return apply_overrides(config, {"reward.method": method, "train.seed": seed,
+    return apply_overrides(config, {**arm_overrides(method, arms), "train.seed": seed,
                                     "train.output_dir": str(Path(runs_dir) / run_name(method, seed))})
 
 
@@ -336,14 +351,16 @@ def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) 
 
 
 def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path, examples: list,
-                       config_path: str | Path | None = None, progress: bool = True) -> dict:
-    """Train one (method, seed) run on `examples` and evaluate its adapter, resumably: a run whose heldout.json has
+                       config_path: str | Path | None = None, progress: bool = True,
+                       arms: dict[str, dict[str, Any]] | None = None) -> dict:
+    """Train one (arm, seed) run on `examples` and evaluate its adapter, resumably: a run whose heldout.json has
     the current run_key is skipped, one cut off during training resumes from its last checkpoint (checkpoints
-    every train.save_every steps), one made with other settings starts over. Returns the held-out record plus
+    every train.save_every steps), one made with other settings starts over. `method` is the arm's name (a
+    reward.method, or a name defined in `arms`: `arm_overrides`). Returns the held-out record plus
     `status` (trained | resumed | skipped), `last_reward` and `minutes`."""
     from .trainer import Trainer
 
-    config = run_config(shared, method, seed, runs_dir, config_path)
+    config = run_config(shared, method, seed, runs_dir, config_path, arms)
     key = run_key(config, examples)
     run_dir = Path(config.train.output_dir)
     started = time.perf_counter()

@@ -25,6 +25,12 @@ OTHER_METRICS = {"truthfulqa_mc1": "truthfulqa_mc.mc1", "truthfulqa_mc2": "truth
                  "halueval_accuracy": "halueval.accuracy"}
 HELDOUT_METRICS = ("accuracy", "answer_f1", "not_attempted", "format_rate", "step_hallucination", "judge_coverage",
                    *OTHER_METRICS)
+PER_RESPONSE = {"supported": "supported_per_response@{judge}", "unsupported": "unsupported_per_response@{judge}",
+                "checkable": "checkable_per_response@{judge}", "sentences": "sentences_per_response",
+                "near_duplicates": "near_duplicates_per_response", "tokens": "response_tokens"}
+"""Table column -> short-QA metric per response (the harness's names; {judge} = the run's held-out judge):
+reasoning sentences the judge found supported, unsupported, checkable; all reasoning sentences; near-duplicates
+of an earlier sentence; generated tokens."""
 CURVES = (("reward_mean", "reward"), ("accuracy", "train accuracy"), ("step_factuality", "step factuality (train verifier)"),
           ("flipped_token_share", "share of tokens flipped"), ("kl", "KL to the base model"),
           ("completion_length", "response length (tokens)"))
@@ -41,7 +47,8 @@ def load_heldout(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):
         record = json.loads(path.read_text())
         metrics = record["metrics"]
-        names = {**{column: f"{qa}.{metric}" for column, metric in QA_METRICS.items()}, **OTHER_METRICS}
+        names = {**{column: f"{qa}.{metric}" for column, metric in QA_METRICS.items()}, **OTHER_METRICS,
+                 **{column: f"{qa}.{metric.format(judge=record.get('judge'))}" for column, metric in PER_RESPONSE.items()}}
         rows.append({"run": path.parent.name, "method": record["method"], "seed": record.get("seed"),
                      **{column: metrics[key] for column, key in names.items() if key in metrics}})
     if not rows:
@@ -63,7 +70,7 @@ def load_training(runs_dir: str | Path) -> pd.DataFrame:
 # ---- aggregation -------------------------------------------------------------------------------
 def summarize(heldout: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
     """Per method: seeds, and for every metric the mean over seeds and the spread (max - min)."""
-    columns = [c for c in (*HELDOUT_METRICS, *DECOMPOSITION) if c in heldout]
+    columns = [c for c in (*HELDOUT_METRICS, *DECOMPOSITION, *PER_RESPONSE) if c in heldout]
     grouped = heldout.groupby("method", sort=False)
     table = grouped[columns].mean()
     spread = (grouped[columns].max() - grouped[columns].min()).add_suffix("_spread")
@@ -121,6 +128,19 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
               "| method | " + " | ".join(DECOMPOSITION) + " |", "|---|" + "---|" * len(DECOMPOSITION)]
     for method in table.index:
         lines.append(f"| {method} | " + " | ".join(f"{table.loc[method, c]:.1f}" for c in DECOMPOSITION) + " |")
+    counts = [c for c in PER_RESPONSE if c in table]
+    if counts:
+        judge = f" (held-out judge: {settings['step-hallucination judge']})" if settings and \
+            "step-hallucination judge" in settings else ""
+        lines += ["", f"Per response{judge}: reasoning sentences supported, unsupported and checkable by the judge, "
+                  "all reasoning sentences, near-duplicates of an earlier sentence, generated tokens (mean ± half "
+                  "the range over seeds). A lower hallucination rate with fewer supported sentences is saying less.",
+                  "", "| method | " + " | ".join(counts) + " |", "|---|" + "---|" * len(counts)]
+        for method in table.index:
+            lines.append(f"| {method} | " + " | ".join(
+                "n/a" if pd.isna(table.loc[method, c]) else
+                f"{table.loc[method, c]:.2f}" + (f" ± {table.loc[method, f'{c}_spread'] / 2:.2f}"
+                                                 if table.loc[method, "seeds"] > 1 else "") for c in counts) + " |")
     if goal:
         lines += ["", f"Goal ({goal['target']}): {goal['method']} vs {goal['baseline']}: step hallucination "
                   f"{goal['hallucination_method']:.1%} vs {goal['hallucination_baseline']:.1%} "
@@ -503,10 +523,12 @@ def _excludes_zero(row) -> bool:
 
 def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFrame | None, judges: Sequence[str],
                    order: Sequence[str], settings: dict | None = None, n_resamples: int = 2000,
-                   level: float = 0.95, title: str = "Study: held-out results with intervals") -> str:
+                   level: float = 0.95, title: str = "Study: held-out results with intervals",
+                   detail: pd.DataFrame | None = None) -> str:
     """The study summary: per method mean [interval]; paired differences to the baseline; step hallucination per
-    judge; supported and unsupported sentences per response (the say-less check); the matched-length comparison;
-    the caution goal. Shares are in percent, their differences in percentage points."""
+    judge; supported and unsupported sentences per response with a plain reading (the say-less check); the
+    detail arm's question (`detail_arm_check`, when given); the matched-length comparison; the caution goal.
+    Shares are in percent, their differences in percentage points."""
     methods_table, differences = tables["methods"], tables["differences"]
     methods = [m for m in order if m in set(methods_table["method"])]
     methods += [m for m in methods_table["method"].unique() if m not in methods]
@@ -567,19 +589,23 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
         lines += ["", "## Saying less is not success", "",
                   "Supported and unsupported reasoning sentences per response are reported separately above. "
                   f"The say-less check: each method's change in *supported* sentences per response against "
-                  f"{baseline}; a lower hallucination rate bought with fewer supported sentences is not a gain in "
-                  "factuality.", ""]
+                  f"{baseline} [{pct} interval]; a lower hallucination rate bought with fewer supported sentences "
+                  "is not a gain in factuality. Then a plain reading of the two changes together.", ""]
         for judge in judges:
             for m in trained:
-                for kind in ("supported", "unsupported"):
-                    metric = f"{kind}_per_response@{judge}"
-                    if (metric, m) not in diff.index:
-                        continue
-                    d = diff.loc[(metric, m)]
-                    verdict = ("fewer" if d["high"] < 0 else "more" if d["low"] > 0 else
-                               "no difference the interval can resolve")
-                    lines.append(f"- {judge}, {m} - {baseline}: {kind} sentences per response "
-                                 f"{format_interval(metric, d['diff'], d['low'], d['high'], signed=True)}: {verdict}.")
+                metrics = [f"{kind}_per_response@{judge}" for kind in ("supported", "unsupported")]
+                if not all((metric, m) in diff.index for metric in metrics):
+                    continue
+                supported, unsupported = (diff.loc[(metric, m)] for metric in metrics)
+                lines.append(f"- {judge}, {m} - {baseline}: supported sentences per response "
+                             f"{format_interval(metrics[0], *supported[['diff', 'low', 'high']], signed=True)}, "
+                             f"unsupported "
+                             f"{format_interval(metrics[1], *unsupported[['diff', 'low', 'high']], signed=True)}. "
+                             "Reading: "
+                             + say_less_reading(m, baseline, supported, unsupported,
+                                                min(seeds.get(m, 0), seeds.get(baseline, 0))))
+    if detail is not None and len(detail):
+        lines += detail_markdown(detail, pct)
     if matched is not None and len(matched):
         lines += ["", "## Step hallucination at matched length", "",
                   f"Responses stratified by their number of reasoning sentences (1, 2, 3, 4, {LENGTH_STRATA}+); "
@@ -615,6 +641,141 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
                          f"{row['correct_points_high']:+.1f}] | {na} | {'yes' if row['met'] else 'no'} | "
                          f"{'yes' if row['holds'] else 'no'} |")
     return "\n".join(lines) + "\n"
+
+
+def direction(row) -> str:
+    """Where a difference's interval lies: 'below' 0 (high < 0), 'above' 0 (low > 0), 'unresolved' (it holds 0)
+    or 'n/a' (no interval: NaN bounds)."""
+    low, high = float(row["low"]), float(row["high"])
+    if math.isnan(low) or math.isnan(high):
+        return "n/a"
+    return "below" if high < 0 else "above" if low > 0 else "unresolved"
+
+
+def say_less_reading(method: str, baseline: str, supported, unsupported, seeds: int = 2) -> str:
+    """One plain sentence on a method's change in supported and unsupported sentences per response against the
+    baseline (rows with diff, low, high): does it say less, or is it more right? `seeds`: the fewer of the two
+    methods' seed counts; with one, the interval covers the questions only."""
+    s, u = direction(supported), direction(unsupported)
+    if s == "below":
+        text = (f"{method} writes fewer supported sentences than {baseline}: part of any drop in its hallucination "
+                "rate is saying less, not being more right.")
+    elif u == "below" and s == "above":
+        text = f"{method} writes fewer unsupported and more supported sentences: a factuality gain, not silence."
+    elif u == "below":
+        text = (f"{method} writes fewer unsupported sentences and its supported sentences are not told apart from "
+                f"{baseline}'s (point {float(supported['diff']):+.2f}): no sign of saying less, nor proof it does not.")
+    elif s == "above":
+        text = f"{method} writes more supported sentences without fewer unsupported ones: more detail, not precision."
+    elif u == "above":
+        text = f"{method} writes more unsupported sentences than {baseline}."
+    elif "n/a" in (s, u):
+        text = "no interval to read."
+    else:
+        text = f"no difference from {baseline} in either count that the intervals can resolve."
+    if seeds < 2:
+        text += " (One seed: the interval covers the questions only, not seed-to-seed variation.)"
+    return text
+
+
+def pair_differences(cells: pd.DataFrame, metrics: Sequence[str], method: str, other: str, n_resamples: int = 2000,
+                     seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """`method` - `other` on the same questions for each of `metrics` (fspo_lite.stats.paired_difference; the
+    rows look like study_statistics' "differences" with baseline = other). Metrics one of the two lacks are left
+    out."""
+    from . import stats
+
+    rows = []
+    for metric in metrics:
+        sub = cells[cells["metric"] == metric]
+        if not ((sub["method"] == method).any() and (sub["method"] == other).any()):
+            continue
+        questions = sorted(sub["question"].unique())
+        result = stats.paired_difference(*_arrays(sub, method, questions), *_arrays(sub, other, questions),
+                                         n_resamples, _rng(seed, f"{metric}:{method}-{other}"), level)
+        rows.append({"metric": metric, "method": method, "baseline": other, **result})
+    return pd.DataFrame(rows)
+
+
+DETAIL_ARM = ("fspo+detail", "fspo")
+"""The study's detail arm and the method it adds the detail term to."""
+
+
+def detail_arm_check(differences: pd.DataFrame, versus_reference: pd.DataFrame, judges: Sequence[str],
+                     arm: str = DETAIL_ARM[0], reference: str = DETAIL_ARM[1]) -> pd.DataFrame:
+    """The detail arm's question, per judge: does `arm` keep `reference`'s drop in unsupported sentences per
+    response against the baseline while holding supported sentences per response at the baseline's level or
+    above? `differences`: paired differences to the baseline (arm and reference among the methods);
+    `versus_reference`: arm - reference (`pair_differences`). Per judge: the differences with intervals;
+    `keeps_drop` (point: arm - baseline unsupported < 0) and `keeps_drop_resolved` (its interval below 0);
+    `holds_supported` (point: arm - baseline supported >= 0) and `holds_supported_resolved` (its interval's lower
+    end >= 0); `met` = both points, `holds` = both resolved."""
+    rows = []
+    d = differences.set_index(["metric", "method"])
+    r = versus_reference.set_index(["metric", "method"]) if len(versus_reference) else None
+    for judge in judges:
+        sup, uns = f"supported_per_response@{judge}", f"unsupported_per_response@{judge}"
+        if not all((m, x) in d.index for m in (sup, uns) for x in (arm, reference)):
+            continue
+        row = {"judge": judge, "arm": arm, "reference": reference, "baseline": d.loc[(uns, arm), "baseline"]}
+        for name, metric in (("supported", sup), ("unsupported", uns)):
+            for who, key in (("arm", arm), ("reference", reference)):
+                x = d.loc[(metric, key)]
+                row.update({f"{name}_{who}": float(x["diff"]), f"{name}_{who}_low": float(x["low"]),
+                            f"{name}_{who}_high": float(x["high"])})
+            x = r.loc[(metric, arm)] if r is not None and (metric, arm) in r.index else None
+            row.update({f"{name}_vs_reference": float(x["diff"]) if x is not None else math.nan,
+                        f"{name}_vs_reference_low": float(x["low"]) if x is not None else math.nan,
+                        f"{name}_vs_reference_high": float(x["high"]) if x is not None else math.nan})
+        row["keeps_drop"] = bool(row["unsupported_arm"] < 0)
+        row["keeps_drop_resolved"] = bool(row["unsupported_arm_high"] < 0)
+        row["holds_supported"] = bool(row["supported_arm"] >= 0)
+        row["holds_supported_resolved"] = bool(row["supported_arm_low"] >= 0)
+        row["met"] = row["keeps_drop"] and row["holds_supported"]
+        row["holds"] = row["keeps_drop_resolved"] and row["holds_supported_resolved"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def detail_answer(row: dict) -> str:
+    """The detail arm's answer in words, from a `detail_arm_check` row."""
+    if row["holds"]:
+        return "yes, and the intervals resolve it"
+    if row["met"]:
+        return "yes on the point estimates, but the intervals do not resolve it"
+    parts = []
+    if not row["keeps_drop"]:
+        parts.append(f"its unsupported sentences are not below {row['baseline']}'s")
+    if not row["holds_supported"]:
+        parts.append(f"it writes fewer supported sentences than {row['baseline']}")
+    return "no: " + " and ".join(parts)
+
+
+def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
+    """The summary's section on the detail arm (rows of `detail_arm_check`)."""
+    first = detail.iloc[0]
+    arm, reference, baseline = first["arm"], first["reference"], first["baseline"]
+
+    def text(row, name, who):
+        return format_interval("count", row[f"{name}_{who}"], row[f"{name}_{who}_low"], row[f"{name}_{who}_high"],
+                               signed=True)
+
+    lines = ["", f"## Does the detail term keep {reference}'s gain without saying less?", "",
+             f"{arm} is {reference} with the detail term (docs/methods.md, \"Detail term\"). The question: does it "
+             f"keep {reference}'s drop in unsupported sentences per response against {baseline} while holding "
+             f"supported sentences per response at {baseline}'s level or above? Per response, differences "
+             f"[{pct} interval]. *met*: the point estimates say so; *holds*: the intervals do (unsupported interval "
+             "below 0, supported interval's lower end at 0 or above).", "",
+             f"| judge | unsupported: {arm} - {baseline} | {reference} - {baseline} | {arm} - {reference} | "
+             f"supported: {arm} - {baseline} | {reference} - {baseline} | {arm} - {reference} | met | holds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in detail.to_dict(orient="records"):
+        lines.append(f"| {row['judge']} | " + " | ".join(text(row, name, who) for name in ("unsupported", "supported")
+                                                       for who in ("arm", "reference", "vs_reference"))
+                     + f" | {'yes' if row['met'] else 'no'} | {'yes' if row['holds'] else 'no'} |")
+    lines.append("")
+    lines += [f"- {row['judge']}: {detail_answer(row)}." for row in detail.to_dict(orient="records")]
+    return lines
 
 
 def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | Path | None = None,
@@ -683,18 +844,24 @@ def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | 
 def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str | Path, prefix: str,
                  order: Sequence[str], baseline: str = "grpo", n_resamples: int = 2000, seed: int = 0,
                  level: float = 0.95, settings: dict | None = None, title: str | None = None,
-                 write_markdown: bool = True) -> dict:
+                 write_markdown: bool = True, detail_arm: tuple[str, str] = DETAIL_ARM) -> dict:
     """Everything above from a runs folder: the tables, <results_dir>/summary.md (when write_markdown) and
     summary.json's "statistics" part (returned), <figures_dir>/<prefix>paired_differences.png and
-    <prefix>step_hallucination_by_judge.png."""
+    <prefix>step_hallucination_by_judge.png. `detail_arm`: (arm, the method it adds the detail term to); when
+    both were run, the summary answers the detail arm's question (`detail_arm_check`)."""
     responses = load_responses(runs_dir)
     judges = judges_of(responses)
     cells = metric_cells(responses, runs_dir)
     tables = study_statistics(cells, order, baseline, n_resamples, seed, level)
     matched = matched_length(responses, baseline, n_resamples=n_resamples, seed=seed, level=level)
     goal = caution_goal(tables["differences"]) if len(tables["differences"]) else pd.DataFrame()
+    detail = pd.DataFrame()
+    if len(tables["differences"]) and set(detail_arm) <= set(tables["differences"]["method"]):
+        counts = [f"{kind}_per_response@{j}" for j in judges for kind in ("supported", "unsupported")]
+        versus = pair_differences(cells, counts, *detail_arm, n_resamples, seed, level)
+        detail = detail_arm_check(tables["differences"], versus, judges, *detail_arm)
     text = study_markdown(tables, matched, goal, judges, order, settings, n_resamples, level,
-                          **({"title": title} if title else {}))
+                          **({"title": title} if title else {}), detail=detail)
     figures = {}
     if len(tables["differences"]):
         main = judges[0] if judges else None
@@ -720,4 +887,5 @@ def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str
             "methods": json.loads(tables["methods"].to_json(orient="records")),
             "differences": json.loads(tables["differences"].to_json(orient="records")),
             "matched_length": json.loads(matched.to_json(orient="records")),
-            "caution_goal": json.loads(goal.to_json(orient="records")), "figures": figures}
+            "caution_goal": json.loads(goal.to_json(orient="records")),
+            "detail_arm": json.loads(detail.to_json(orient="records")), "figures": figures}

@@ -19,7 +19,8 @@ from .align import spans_to_token_values, token_char_offsets
 from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
 from .grading import math_answers_equal
-from .methods.detail import detail_bonus, detail_counts
+from .llm import ChatModel, build_chat_model
+from .methods.detail import detail_bonus, detail_counts, relevance_bonus, relevance_messages
 from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
 from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
 from .methods import rlfh
@@ -200,19 +201,48 @@ class Judges:
     informativeness: InformativenessScorer | None = None
     checklists: dict[str, list[str]] | None = None
     reward_model: RewardModel | None = None
+    relevance: ChatModel | None = None
+    """The detail term's relevance judge (detail.relevance_judge), when its weight is not 0."""
 
 
 def build_judges(config, checklists: dict[str, list[str]] | None = None) -> Judges:
-    """The claim extractor, informativeness scorer, checklists and reward model that config.reward.method uses."""
+    """The claim extractor, informativeness scorer, checklists and reward model that config.reward.method uses,
+    and the relevance judge of the detail term when detail.relevance_weight is not 0."""
     source = parse_method(config.reward.method).source
     if source == "rlfh":
-        return Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
-                      RuleBasedInformativeness(config.rlfh.crucial_overlap))
-    if source == "klcf":
-        return Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
-                      checklists=checklists if checklists is not None else load_checklists(config.klcf.checklist_path),
-                      reward_model=build_reward_model(config.klcf.reward_model))
-    return Judges()
+        judges = Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
+                        RuleBasedInformativeness(config.rlfh.crucial_overlap))
+    elif source == "klcf":
+        judges = Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
+                        checklists=checklists if checklists is not None else load_checklists(config.klcf.checklist_path),
+                        reward_model=build_reward_model(config.klcf.reward_model))
+    else:
+        judges = Judges()
+    judges.relevance = build_relevance_judge(config.detail, config.verifier)
+    return judges
+
+
+def build_relevance_judge(detail, verifier) -> ChatModel | None:
+    """detail.relevance_judge=llm with a non-zero detail.relevance_weight: a chat model (the server of
+    verifier.server_url when set, else detail.relevance_model locally, default the bundled SmolLM2); else None."""
+    if not detail.relevance_weight or detail.relevance_judge is None:
+        return None
+    if detail.relevance_judge != "llm":
+        raise ValueError(f"detail.relevance_judge must be null or llm, got {detail.relevance_judge!r}")
+    return build_chat_model(detail.relevance_model, verifier.server_url, verifier.server_model, verifier.api_key_env,
+                            verifier.request_timeout, verifier.device, verifier.trust_remote_code, verifier.batch_size)
+
+
+def _relevance(examples, texts, outcomes, detail, judges):
+    """P(relevant) per response from the relevance judge (None where its reply was neither Yes nor No) and the
+    relevance term (0 for malformed responses)."""
+    if judges.relevance is None:
+        raise ValueError("detail.relevance_weight needs a relevance judge: set detail.relevance_judge=llm")
+    probabilities = judges.relevance.yes_probability([relevance_messages(e.question, t)
+                                                      for e, t in zip(examples, texts)])
+    bonuses = [relevance_bonus(p, detail.relevance_weight) if o.format_ok else 0.0
+               for p, o in zip(probabilities, outcomes)]
+    return probabilities, torch.tensor(bonuses, dtype=torch.float32)
 
 
 def _caution_rewards(examples, texts, outcomes, config, step):
@@ -322,6 +352,13 @@ def sentence_count_metrics(verdicts: list[SentenceVerdicts], duplicates: list[in
     }
 
 
+def relevance_metrics(probabilities: list[float | None]) -> dict[str, float]:
+    """Mean P(relevant) over the judge's readable replies (NaN when none was) and the share it could not read."""
+    read = [p for p in probabilities if p is not None]
+    return {"relevance_mean": sum(read) / len(read) if read else float("nan"),
+            "relevance_unread_share": 1 - len(read) / len(probabilities) if probabilities else 0.0}
+
+
 def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifier: Verifier | None, step: int = 0,
                    judges: Judges | None = None) -> ScoredRollouts:
     """Grade every response of a rollout under config.reward.method.
@@ -359,12 +396,20 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
     )
     scores = step_scores(verdicts)
     bonuses, counts = _detail_rewards(texts, verdicts, outcomes, config.detail)
-    if detail_on:
+    detail_bonuses = bonuses
+    relevance_on = bool(config.detail.relevance_weight)
+    if relevance_on:
+        relevance, relevance_bonuses = _relevance(examples, texts, outcomes, config.detail, judges)
+        bonuses = bonuses + relevance_bonuses
+        for item, probability in zip(details, relevance):
+            item["relevance"] = probability
+    if detail_on or relevance_on:
         rewards = rewards + bonuses
         if token_rewards is not None:  # token rewards (RLFH): the term sits on the final token, like the outcome
             last = (rollout.completion_mask.sum(dim=1) - 1).clamp(min=0)
             token_rewards[torch.arange(len(texts)), last] += bonuses * (rollout.completion_mask.sum(dim=1) > 0)
-        for item, bonus, count in zip(details, bonuses.tolist(), counts):
+    if detail_on:
+        for item, bonus, count in zip(details, detail_bonuses.tolist(), counts):
             item.update(detail_bonus=bonus, supported_distinct=count.supported_distinct)
     if spec.flip and config.reward.step_reward_lambda:
         rewards = rewards + config.reward.step_reward_lambda * torch.tensor(scores)
@@ -381,7 +426,8 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
         "verified_sentences": verified,
         "step_score_mean": sum(scores) / len(scores),
         **sentence_count_metrics(verdicts, [c.duplicates for c in counts]),
-        **({"detail_bonus_mean": bonuses.mean().item()} if detail_on else {}),
+        **({"detail_bonus_mean": detail_bonuses.mean().item()} if detail_on else {}),
+        **(relevance_metrics(relevance) if relevance_on else {}),
         **method_metrics,
     }
     return ScoredRollouts(rewards, mask, outcomes, verdicts, views, metrics, token_rewards, details)

@@ -117,3 +117,58 @@ def test_detail_term_needs_a_verifier(smol_tokenizer):
     config.detail.precision_weight = 0.5
     with pytest.raises(ValueError, match="need a verifier"):
         score_rollouts([EXAMPLE], _rollout(smol_tokenizer, TEXTS[:1]), smol_tokenizer, config, None)
+
+
+# ---- the relevance term -----------------------------------------------------------------------------
+def test_relevance_bonus_and_prompt_by_hand():
+    from fspo_lite.methods.detail import relevance_bonus, relevance_messages
+
+    assert relevance_bonus(0.8, 0.5) == pytest.approx(0.4)
+    assert relevance_bonus(None, 0.5) == 0.0 and relevance_bonus(1.0, 0.0) == 0.0
+    messages = relevance_messages(" What is the chemical symbol of gold? ", "Gold is Au.\n")
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert "Question: What is the chemical symbol of gold?\n\nResponse: Gold is Au.\n\n" in messages[1]["content"]
+
+
+class _FakeJudge:
+    """A relevance judge that answers from a table keyed by the response's first words."""
+
+    def __init__(self, answers):
+        self.answers, self.seen = answers, []
+
+    def yes_probability(self, prompts):
+        self.seen += prompts
+        return [next((p for key, p in self.answers.items() if f"Response: <think>{key}" in m[1]["content"]), None)
+                for m in prompts]
+
+
+def test_score_rollouts_adds_the_relevance_term(smol_tokenizer):
+    from fspo_lite.rewards import Judges
+
+    rollout = _rollout(smol_tokenizer, TEXTS)
+    config = Config()
+    config.rollout.group_size = 5
+    config.detail.relevance_weight, config.detail.relevance_judge = 0.5, "llm"
+    judge = _FakeJudge({"Gold has the symbol Au. Gold is": 0.9, "Gold has the symbol Au.<": 0.5,
+                        "Gold has atomic": 0.2, "no tags": 1.0})  # responses start with <think>
+    scored = score_rollouts([EXAMPLE] * 5, rollout, smol_tokenizer, config, LexicalVerifier(),
+                            judges=Judges(relevance=judge))
+    # row 2 (a repeat) gets no reply the judge can read: no term; row 4 is malformed: the format penalty only
+    assert scored.rewards.tolist() == pytest.approx([1 + 0.45, 1 + 0.25, 1.0, 0.0 + 0.1, -2.0])
+    assert [d["relevance"] for d in scored.details] == [0.9, 0.5, None, 0.2, 1.0]
+    assert scored.metrics["relevance_mean"] == pytest.approx((0.9 + 0.5 + 0.2 + 1.0) / 4)
+    assert scored.metrics["relevance_unread_share"] == pytest.approx(1 / 5)
+    assert "What is the chemical symbol of gold?" in judge.seen[0][1]["content"]
+    with pytest.raises(ValueError, match="relevance_judge=llm"):
+        score_rollouts([EXAMPLE] * 5, rollout, smol_tokenizer, config, LexicalVerifier(), judges=Judges())
+
+
+def test_relevance_settings_are_checked():
+    from fspo_lite.config import ConfigError, load_config
+    from fspo_lite.rewards import build_judges
+
+    with pytest.raises(ConfigError, match="detail.relevance_weight"):
+        load_config(None, {"detail.relevance_weight": 0.5})
+    with pytest.raises(ConfigError, match="detail.relevance_judge"):
+        load_config(None, {"detail.relevance_judge": "gpt"})
+    assert build_judges(load_config(None, {"detail.relevance_judge": "llm"})).relevance is None  # weight 0: off

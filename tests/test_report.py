@@ -1,6 +1,7 @@
 """The lite job's aggregation (fspo_lite.report) and profile handling (fspo_lite.experiment) on hand-made inputs."""
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -54,6 +55,15 @@ def test_summary_markdown_lists_every_method_and_the_goal():
     assert "| grpo | 2 | 25.0 ± 5.0 | 25.0 ± 5.0 | 0.0 ± 0.0 | 50.0 ± 10.0 |" in text
     assert "| base | 1 | 10.0 | " in text  # one seed: no spread shown
     assert "relative drop 34.0%" in text and "**met**" in text and "questions = 2" in text
+    assert "Per response" not in text  # runs without per-response counts: no table of them
+
+
+def test_summary_markdown_per_response_counts():
+    heldout = _heldout().assign(supported=[1.0, 1.0, 2.0, 1.5, 1.5], tokens=[40, 50, 60, 30, 34])
+    table = summarize(heldout, order=["base", "grpo", "fspo"])
+    text = summary_markdown(table, None, settings={"step-hallucination judge": "embedding"})
+    assert "Per response (held-out judge: embedding)" in text and "| method | supported | tokens |" in text
+    assert "| grpo | 1.50 ± 0.50 | 55.00 ± 5.00 |" in text and "| base | 1.00 | 40.00 |" in text
 
 
 def test_flip_example_picks_the_most_flipped_response():
@@ -66,11 +76,14 @@ def test_flip_example_picks_the_most_flipped_response():
 
 def test_load_runs_from_folders(tmp_path):
     metrics = {"kbqa.correct": 0.5, "kbqa.step_hallucination_rate": 0.2, "kbqa.decomp_partial_correct": 100.0,
-               "kbqa.judge_coverage": 0.8, "truthfulqa_mc.mc1": 0.25, "halueval.accuracy": 0.5, "multihop.correct": 0.9}
+               "kbqa.judge_coverage": 0.8, "truthfulqa_mc.mc1": 0.25, "halueval.accuracy": 0.5, "multihop.correct": 0.9,
+               "kbqa.supported_per_response@embedding": 1.25, "kbqa.supported_per_response@lexical": 9.0,
+               "kbqa.near_duplicates_per_response": 0.5, "kbqa.response_tokens": 48.0}
     for method, seed in (("base", None), ("fspo", 0)):
         run = tmp_path / (method if seed is None else run_name(method, seed))
         run.mkdir()
-        (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "metrics": metrics}))
+        (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "metrics": metrics,
+                                                      "judge": "embedding"}))
     (tmp_path / "fspo_s0" / "metrics.jsonl").write_text(
         '{"step": 1, "flipped_token_share": 0.2, "reward_std": 1.0}\n{"step": 2, "flipped_token_share": 0.4, "reward_std": 0.0}\n')
     heldout = load_heldout(tmp_path).set_index("method")
@@ -78,6 +91,8 @@ def test_load_runs_from_folders(tmp_path):
     assert heldout.loc["base", "accuracy"] == 0.5 and heldout.loc["base", "partial_correct"] == 100.0
     assert heldout.loc["fspo", "truthfulqa_mc1"] == 0.25 and heldout.loc["fspo", "judge_coverage"] == 0.8
     assert "answer_f1" not in heldout  # metrics that were not run stay out of the table
+    assert heldout.loc["fspo", "supported"] == 1.25  # the run's held-out judge's count, not another judge's
+    assert (heldout.loc["fspo", "near_duplicates"], heldout.loc["fspo", "tokens"]) == (0.5, 48.0)
     assert load_heldout(tmp_path, qa="multihop").loc[0, "accuracy"] == 0.9
     training = load_training(tmp_path)
     assert list(training["method"]) == ["fspo", "fspo"]
@@ -194,7 +209,10 @@ def test_study_report_files_and_goal(tmp_path):
     text = (tmp_path / "results" / "summary.md").read_text()
     assert "| step_hallucination@embedding | 75.0 [" in text  # base: 6 of 8 (3 unsupported x2 + supported x2)
     assert "fspo - grpo" in text and "| lexical |" in text and "matched length" in text
-    assert "supported sentences per response +0.00 [+0.00, +0.00]: no difference the interval can resolve" in text
+    # q2 alone in a resample gives no unsupported sentences for either: the unsupported interval reaches 0
+    assert ("embedding, fspo - grpo: supported sentences per response +0.00 [+0.00, +0.00], unsupported -0.50 "
+            "[-1.00, +0.00]. Reading: no difference from grpo in either count that the intervals can resolve.") in text
+    assert "Does the detail term" not in text  # no fspo+detail arm was run
     assert "The caution goal" in text and "| fspo | 50.0 / 50.0 | +0.0%" in text
     assert (tmp_path / "figures" / "study_paired_differences.png").exists()
     assert (tmp_path / "figures" / "study_step_hallucination_by_judge.png").exists()
@@ -222,3 +240,83 @@ def test_caution_goal_point_estimates_and_intervals():
     # correct down 3 points: not met
     assert not caution_goal(frame(-0.03, -0.05, -0.4, -0.35)).iloc[0]["met"]
     assert [length_stratum(n) for n in (1, 2, 4, 5, 9)] == [0, 1, 3, 4, 4]
+
+
+# ---- the say-less check and the detail arm ----------------------------------------------------------
+def _diff(diff, low, high):
+    return {"diff": diff, "low": low, "high": high}
+
+
+def test_say_less_reading_covers_every_case():
+    from fspo_lite.report import direction, say_less_reading
+
+    assert [direction(_diff(0, lo, hi)) for lo, hi in ((-2, -1), (1, 2), (-1, 1), (float("nan"), 1))] == [
+        "below", "above", "unresolved", "n/a"]
+    fewer, more, same = _diff(-0.5, -0.8, -0.2), _diff(0.5, 0.2, 0.8), _diff(0.1, -0.2, 0.4)
+    assert "saying less, not being more right" in say_less_reading("fspo", "grpo", fewer, fewer)
+    assert "a factuality gain, not silence" in say_less_reading("fspo", "grpo", more, fewer)
+    text = say_less_reading("fspo", "grpo", same, fewer)
+    assert "no sign of saying less" in text and "(point +0.10)" in text
+    assert "more detail, not precision" in say_less_reading("fspo", "grpo", more, same)
+    assert "more unsupported sentences" in say_less_reading("fspo", "grpo", same, more)
+    assert "intervals can resolve" in say_less_reading("fspo", "grpo", same, same)
+    assert "One seed" in say_less_reading("fspo", "grpo", same, same, seeds=1)
+    assert "One seed" not in say_less_reading("fspo", "grpo", same, same, seeds=2)
+
+
+def _differences(arm_supported, arm_unsupported):
+    """Paired differences to grpo: fspo -0.5 unsupported [-0.8, -0.2], supported -0.3 [-0.5, -0.1]."""
+    rows = [("supported_per_response@embedding", "fspo", (-0.3, -0.5, -0.1)),
+            ("unsupported_per_response@embedding", "fspo", (-0.5, -0.8, -0.2)),
+            ("supported_per_response@embedding", "fspo+detail", arm_supported),
+            ("unsupported_per_response@embedding", "fspo+detail", arm_unsupported)]
+    return pd.DataFrame([{"metric": m, "method": who, "baseline": "grpo", "diff": d, "low": lo, "high": hi}
+                         for m, who, (d, lo, hi) in rows])
+
+
+def test_detail_arm_check_met_holds_and_no():
+    from fspo_lite.report import detail_answer, detail_arm_check, detail_markdown
+
+    versus = pd.DataFrame([{"metric": "supported_per_response@embedding", "method": "fspo+detail",
+                            "baseline": "fspo", "diff": 0.4, "low": 0.1, "high": 0.7}])
+    # unsupported -0.4 [-0.7, -0.1] and supported +0.1 [0.0, 0.3]: holds
+    row = detail_arm_check(_differences((0.1, 0.0, 0.3), (-0.4, -0.7, -0.1)), versus, ["embedding", "lexical"]).iloc[0]
+    assert row["met"] and row["holds"] and row["supported_vs_reference"] == 0.4
+    assert math.isnan(row["unsupported_vs_reference"])  # not computed: n/a, never a made-up number
+    assert detail_answer(row) == "yes, and the intervals resolve it"
+    # supported +0.1 [-0.1, 0.3]: met on the point estimates, not resolved
+    row = detail_arm_check(_differences((0.1, -0.1, 0.3), (-0.4, -0.7, -0.1)), versus, ["embedding"]).iloc[0]
+    assert row["met"] and not row["holds"] and "do not resolve" in detail_answer(row)
+    # supported -0.2 and unsupported +0.1: no, for both reasons
+    table = detail_arm_check(_differences((-0.2, -0.4, 0.0), (0.1, -0.1, 0.3)), versus, ["embedding"])
+    row = table.iloc[0]
+    assert not row["met"] and detail_answer(row) == ("no: its unsupported sentences are not below grpo's and it "
+                                                     "writes fewer supported sentences than grpo")
+    text = "\n".join(detail_markdown(table))
+    assert "| embedding | +0.10 [-0.10, +0.30] | -0.50 [-0.80, -0.20] | n/a | -0.20 [-0.40, +0.00] |" in text
+    assert "| no | no |" in text and "- embedding: no: " in text
+    assert detail_arm_check(_differences((0, 0, 0), (0, 0, 0)).iloc[:2], versus, ["embedding"]).empty
+
+
+def test_study_report_answers_the_detail_arm_question(tmp_path):
+    """fspo+detail (2 seeds): q1 wrong with one supported and one unsupported sentence, q2 right with one
+    supported: per response 1.0 supported (grpo 0.5, fspo 0.5) and 0.5 unsupported (grpo 1.0, fspo 0.5)."""
+    from fspo_lite.report import study_report
+
+    runs = _study_runs(tmp_path / "runs")
+    wrong = ("q1", "INCORRECT", {"embedding": [1, -1], "lexical": [0, -1]}, 20)
+    right = ("q2", "CORRECT", {"embedding": [1], "lexical": [0]}, 10)
+    for seed in (0, 1):
+        _write_run(runs, f"fspo_detail_s{seed}", "fspo+detail", seed, [wrong, wrong, right, right])
+    out = study_report(runs, tmp_path / "results", tmp_path / "figures", "study_",
+                       ["base", "grpo", "fspo", "fspo+detail"], n_resamples=100)
+    row = {r["judge"]: r for r in out["detail_arm"]}["embedding"]
+    assert row["supported_arm"] == pytest.approx(0.5) and row["unsupported_arm"] == pytest.approx(-0.5)
+    assert row["supported_vs_reference"] == pytest.approx(0.5) and row["unsupported_vs_reference"] == 0.0
+    assert row["met"]
+    # two questions: q2 alone in a resample gives 0 for both changes, so neither interval excludes 0 on its side
+    assert row["supported_arm_low"] == 0.0 and row["unsupported_arm_high"] == 0.0
+    assert row["holds_supported_resolved"] and not row["keeps_drop_resolved"] and not row["holds"]
+    text = (tmp_path / "results" / "summary.md").read_text()
+    assert "## Does the detail term keep fspo's gain without saying less?" in text
+    assert "- embedding: yes on the point estimates, but the intervals do not resolve it." in text

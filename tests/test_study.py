@@ -176,3 +176,50 @@ def test_results_go_where_notebook_04_writes_them(tmp_path):
     assert summary["job"]["benchmark_data"] == {"halueval": "bundled sample (no data folder)"}
     assert "Benchmark data: halueval: bundled sample" in (folder / "summary.md").read_text()
     assert "benchmark_data" not in record_timings(folder, "lite", {}, 1.0)["job"]
+
+
+# ---- named arms (e.g. FSPO with the detail term) -----------------------------------------------------
+DETAIL_ARM = {"fspo+detail": {"reward.method": "fspo", "detail.weight": 0.2}}
+
+
+def test_a_named_arm_sets_its_keys_and_leaves_the_other_arms_alone(tmp_path, questions):
+    from fspo_lite.experiment import arm_overrides
+
+    assert arm_overrides("caution+fspo", DETAIL_ARM) == {"reward.method": "caution+fspo"}
+    assert arm_overrides("fspo+detail", DETAIL_ARM) == DETAIL_ARM["fspo+detail"]
+    with pytest.raises(ValueError, match="must set reward.method"):
+        arm_overrides("x", {"x": {"detail.weight": 0.2}})
+    arm = run_config(SHARED, "fspo+detail", 0, tmp_path, arms=DETAIL_ARM)
+    assert (arm.reward.method, arm.detail.weight) == ("fspo", 0.2)
+    assert arm.train.output_dir == str(tmp_path / "fspo_detail_s0")
+    fspo = run_config(SHARED, "fspo", 0, tmp_path, arms=DETAIL_ARM)
+    assert fspo.detail.weight == 0.0
+    # defining an arm changes no other arm's settings, so runs finished before it was added stay finished
+    for method in ("grpo", "fspo", "caution"):
+        assert run_key(run_config(SHARED, method, 0, tmp_path, arms=DETAIL_ARM), questions) == run_key(
+            run_config(SHARED, method, 0, tmp_path), questions)
+    assert run_key(arm, questions) != run_key(fspo, questions)
+
+
+def test_the_study_profile_defines_its_detail_arm():
+    parameters = dict(load_profile("study").notebooks)["03_train_fspo.ipynb"]
+    assert "fspo+detail" in parameters["methods"] and "fspo+detail" in parameters["arms"]
+    config = run_config({**SHARED, **parameters["overrides"]}, "fspo+detail", 0, "runs", arms=parameters["arms"])
+    assert config.reward.method == "fspo" and config.detail.weight > 0
+    assert "fspo+detail" in dict(load_profile("study").notebooks)["04_results.ipynb"]["order"]
+
+
+def test_a_named_arm_trains_records_its_name_and_resumes(tmp_path, questions, monkeypatch):
+    first = train_and_evaluate(SHARED, "fspo+detail", 0, tmp_path, questions, progress=False, arms=DETAIL_ARM)
+    run_dir = tmp_path / "fspo_detail_s0"
+    assert first["status"] == "trained" and first["method"] == "fspo+detail"
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all("detail_bonus_mean" in row for row in rows)
+
+    class NoTraining:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(trainer_module, "Trainer", NoTraining)
+    again = train_and_evaluate(SHARED, "fspo+detail", 0, tmp_path, questions, progress=False, arms=DETAIL_ARM)
+    assert again["status"] == "skipped"

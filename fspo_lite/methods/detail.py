@@ -70,3 +70,24 @@ def detail_bonus(counts: DetailCounts, weight: float, cap: int, precision_weight
         raise ValueError(f"detail.cap must be >= 0, got {cap}")
     s = counts.supported_distinct
     return weight * math.log1p(min(s, cap)) + precision_weight * s / (counts.checked + 1)
+
+
+# ---- the relevance term: through a judge, when one is configured ------------------------------------------
+RELEVANCE_JUDGES = ("llm",)
+"""detail.relevance_judge values: llm = a chat model's P(Yes) (fspo_lite.llm.ChatModel.yes_probability)."""
+RELEVANCE_SYSTEM = "You check whether a response is about the question it was given. Reply Yes or No."
+RELEVANCE_PROMPT = ("Question: {question}\n\nResponse: {response}\n\nDoes the response address this question, "
+                    "whether its answer is right or wrong (No if it talks about something else or dodges it)? "
+                    "Reply Yes or No.")
+
+
+def relevance_messages(question: str, response: str) -> list[dict]:
+    """The chat the relevance judge answers with Yes or No: is `response` about `question`? Correctness is left
+    to the outcome reward; the judge is asked about relevance only."""
+    return [{"role": "system", "content": RELEVANCE_SYSTEM},
+            {"role": "user", "content": RELEVANCE_PROMPT.format(question=question.strip(), response=response.strip())}]
+
+
+def relevance_bonus(probability: float | None, weight: float) -> float:
+    """weight * P(relevant); a judge reply with neither Yes nor No (None) adds nothing."""
+    return 0.0 if probability is None else weight * probability

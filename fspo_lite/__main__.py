@@ -33,15 +33,38 @@ def _command_line() -> str:
     """The command as typed, recorded next to the results it produced."""
     import shlex
 
-    return "python -m fspo_lite " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return "python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:])
+
+
+def _portable_argument(argument: str) -> str:
+    """An argument with its path (whole, or the VALUE of KEY=VALUE) made portable (fspo_lite.data.portable_spec):
+    recorded commands must run from any checkout's root, so they hold no absolute paths into this one."""
+    from .data import portable_spec
+
+    key, equals, value = argument.partition("=")
+    if equals and not key.startswith(("/", "~")):
+        return f"{key}={portable_spec(value)}"
+    return portable_spec(argument)
+
+
+def parse_band(text: str) -> list[float]:
+    """'0.2,0.8' -> [0.2, 0.8]; ConfigError for anything but two numbers 0 <= LOW <= HIGH <= 1."""
+    from .config import ConfigError, validate_band
+
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--band={text!r} is not two numbers; valid: LOW,HIGH with 0 <= LOW <= HIGH <= 1, "
+                          "e.g. 0.2,0.8") from None
+    return validate_band(values)
 
 
 def cmd_filter(args) -> int:
     from .config import load_config
     from .filtering import plot_filter, run_filter
 
+    band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
     config = load_config(args.config, args.overrides)
-    band = [float(x) for x in args.band.split(",")] if args.band else None
     result = run_filter(config, args.samples, args.top, band, args.output, command=_command_line())
     print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
           f"train on them with --set data.filter_path={result.path}")
@@ -54,12 +77,14 @@ def cmd_filter(args) -> int:
 
 def cmd_sweep_prompts(args) -> int:
     from .config import load_config
+    from .data import portable_spec
     from .prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
 
     config = load_config(args.config, args.overrides)
     results = run_sweep(config, load_prompts(args.prompts), args.samples, args.data, args.cache_dir)
-    settings = {"command": _command_line(), "data": args.data or config.data.train, "limit": config.data.limit,
-                "samples": args.samples, "model": config.model.name, "temperature": config.rollout.temperature}
+    settings = {"command": _command_line(), "data": portable_spec(args.data or config.data.train),
+                "limit": config.data.limit, "samples": args.samples, "model": config.model.name,
+                "temperature": config.rollout.temperature}
     print(f"{'prompt':<16}{'correct':>9}{'unknown':>9}{'wrong':>9}{'format':>9}  frontier")
     for r in results:
         print(f"{r.name:<16}{r.correct_rate:>9.3f}{r.not_attempted_rate:>9.3f}{r.wrong_rate:>9.3f}"
@@ -127,20 +152,115 @@ def cmd_verifiers_calibrate(args) -> int:
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
 
 
-def cmd_lite(args) -> int:
-    from .experiment import load_profile, run_profile
+def cmd_audit_sample(args) -> int:
+    from .audit import sample_command
 
-    profile = load_profile(args.profile)
-    summary = run_profile(profile, args.out, progress=not args.quiet)
-    out = args.out or profile.out
-    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {out}/results/summary.md")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    try:
+        items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
+                                    args.benchmark)
+    except ValueError as error:
+        print(f"audit sample: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.n} sentences ({args.n // max(len(methods), 1)} per method) to label: {items}\n"
+          f"key (keep it closed until every item is labeled): {key}")
     return 0
+
+
+def cmd_audit_score(args) -> int:
+    import json
+
+    from .audit import audit_markdown, score_command
+
+    try:
+        result = score_command(args.items, args.key, args.resamples, args.seed)
+    except ValueError as error:
+        print(f"audit score: {error}", file=sys.stderr)
+        return 2
+    print(audit_markdown(result))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
+    return 0
+
+
+def cmd_data_list(args) -> int:
+    from .data_files import DATA_ENV, DATA_FILES, data_dir, local_path
+
+    folder = data_dir()
+    print(f"data folder: {folder} (set ${DATA_ENV} to move it)")
+    for entry in DATA_FILES.values():
+        path = local_path(entry.name, folder)
+        state = "present" if path else "missing"
+        origin = f"hf:{entry.hub}" if entry.hub else "local copy only (--from DIR)"
+        print(f"  {entry.name:<22}{state:<9}{origin:<38}{entry.description}")
+    return 0
+
+
+def cmd_data_prepare(args) -> int:
+    from .data_files import DATA_FILES, DataFolderError, prepare
+
+    names = args.names or [name for name, entry in DATA_FILES.items() if entry.hub or args.source]
+    failed = 0
+    for name in names:
+        try:
+            path, rows, origin = prepare(name, args.source, force=args.force)
+        except DataFolderError as error:
+            print(f"{name}: {error}", file=sys.stderr)
+            failed = 1
+            continue
+        print(f"{name}: {rows} rows, {origin} -> {path}")
+    return failed
+
+
+def cmd_lite(args) -> int:
+    from pathlib import Path
+
+    from .config import parse_overrides
+    from .experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
+                             with_training_overrides)
+
+    # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
+    # training runs (notebook 03's `overrides`)
+    notebook_sets = [item for item in args.overrides if item[:2].isdigit()]
+    config_sets = [item for item in args.overrides if not item[:2].isdigit()]
+    profile = override_parameters(load_profile(args.profile), notebook_sets)
+    profile = with_training_overrides(profile, parse_overrides(config_sets))
+    summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
+    results = results_folder(profile, (ROOT / (args.out or profile.out)).resolve())
+    shown = results.relative_to(Path.cwd()) if results.is_relative_to(Path.cwd()) else results
+    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {shown}/summary.md")
+    return 0
+
+
+USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError")
+"""Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
+
+
+def error_line(error: BaseException) -> str:
+    """One line for an error: the message of a user error; type and message of anything else
+    (file errors name their file), with a pointer to --debug."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    if type(error).__name__ in USER_ERRORS:
+        return f"fspo_lite: error: {message}"
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    return f"fspo_lite: error: {type(error).__name__}: {message[:500]} (run with --debug for the traceback)"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fspo_lite", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="train a policy with GRPO/FSPO and friends")
+    from .evaluation.benchmarks import BENCHMARKS
+    from .experiment import profile_names
+    from .rewards import REWARD_METHODS
+    from .verifiers import VERIFIERS
+
+    train = commands.add_parser(
+        "train", help="train a policy with GRPO/FSPO and friends",
+        description=f"Train with reward.method one of {', '.join(REWARD_METHODS)} (docs/methods.md) and "
+                    f"verifier.name one of {', '.join(VERIFIERS)}; every config key is in fspo_lite/config.py.")
     _add_config_arguments(train)
     train.set_defaults(run=cmd_train)
 
@@ -176,13 +296,14 @@ def main(argv: list[str] | None = None) -> int:
     _add_config_arguments(eval_)
     eval_.add_argument("--model", help="model name, hub id or folder (model.name)")
     eval_.add_argument("--adapter", help="a saved LoRA adapter folder to evaluate on top of the model")
-    eval_.add_argument("--benchmarks", help="comma-separated, e.g. kbqa,truthfulqa_mc,halueval (evaluation.benchmarks)")
+    eval_.add_argument("--benchmarks", help=f"comma-separated names (evaluation.benchmarks): {', '.join(BENCHMARKS)}; "
+                       "docs/evaluation.md says what each measures and where its data comes from")
     eval_.add_argument("--limit", type=int, help="first N items of each benchmark (evaluation.limit)")
     eval_.add_argument("--samples", type=int, help="k answers per question (evaluation.samples; k > 1 needs "
                        "--temperature > 0)")
     eval_.add_argument("--temperature", type=float, help="0 greedy (default), above 0 sampling")
     eval_.add_argument("--source", action="append", default=[], metavar="NAME=DATA",
-                       help="data for one benchmark: a file, bundled:<name> or hf:<id> (repeatable)")
+                       help="data for one benchmark: a file, bundled:<name>, data:<name> (the data folder) or hf:<id> (repeatable)")
     eval_.add_argument("--output", help="output folder (evaluation.output_dir)")
     eval_.add_argument("--quiet", action="store_true", help="no progress bars")
     eval_.set_defaults(run=cmd_eval)
@@ -193,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark", help="accuracy, balanced accuracy, AUROC and sentences/s on HaluEval-QA and the gold set")
     _add_config_arguments(benchmark)
     benchmark.add_argument("--verifiers", default="lexical,embedding",
-                           help="comma-separated names (lexical, embedding, nli, hhem, llm); default: %(default)s")
+                           help=f"comma-separated names ({', '.join(VERIFIERS)}); default: %(default)s")
     benchmark.add_argument("--limit", type=int, default=None, help="score only the first N HaluEval test rows")
     benchmark.add_argument("--train-limit", type=int, default=1000,
                            help="HaluEval train rows used to choose the best threshold (0: skip); default: %(default)s")
@@ -203,19 +324,75 @@ def main(argv: list[str] | None = None) -> int:
     calibrate = verifiers.add_parser(
         "calibrate", help="fit the score-to-probability map of the embedding/likelihood verifiers on HaluEval train")
     _add_config_arguments(calibrate)
-    calibrate.add_argument("--verifiers", default="embedding,likelihood", help="default: %(default)s")
+    calibrate.add_argument("--verifiers", default="embedding,likelihood",
+                           help="comma-separated names of verifiers with a raw score (embedding, likelihood); "
+                           "default: %(default)s")
     calibrate.add_argument("--train-limit", type=int, default=1000, help="HaluEval train rows; default: %(default)s")
     calibrate.set_defaults(run=cmd_verifiers_calibrate)
 
+    from .data_files import DATA_FILES
+
+    data = commands.add_parser("data", help="the benchmark and training files that are not bundled: list them, or "
+                               "prepare them in the data folder ($FSPO_LITE_DATA)").add_subparsers(
+        dest="data_command", required=True)
+    data.add_parser("list", help="where the data folder is and which files it holds").set_defaults(run=cmd_data_list)
+    prepare = data.add_parser("prepare", help="download and convert files from the hub, or copy local copies (--from)")
+    prepare.add_argument("names", nargs="*", metavar="NAME",
+                         help=f"files to prepare: {', '.join(DATA_FILES)} (default: every file the hub has, or every "
+                         "file when --from is given)")
+    prepare.add_argument("--from", dest="source", metavar="DIR", help="a folder holding <name>.jsonl files to copy "
+                         "(checked row by row) instead of downloading")
+    prepare.add_argument("--force", action="store_true", help="replace files already in the data folder")
+    prepare.set_defaults(run=cmd_data_prepare)
+
+    audit = commands.add_parser("audit", help="blind audit of held-out reasoning sentences of two methods "
+                                "(docs/statistics.md)").add_subparsers(dest="audit_command", required=True)
+    sample = audit.add_parser("sample", help="draw sentences equally from two methods, hide the method, shuffle")
+    sample.add_argument("--runs", required=True, help="runs folder (<run>/heldout.json and eval/records.jsonl)")
+    sample.add_argument("--methods", default="grpo,fspo", help="two methods; the score is second - first; "
+                        "default: %(default)s")
+    sample.add_argument("--n", type=int, default=150, help="sentences in all, split equally; default: %(default)s")
+    sample.add_argument("--seed", type=int, default=0, help="seeds the draw and the order; default: %(default)s")
+    sample.add_argument("--out", default="results/audit_items.jsonl", help="items to label; default: %(default)s")
+    sample.add_argument("--key", default="results/audit_key.json", help="item -> method key; default: %(default)s")
+    sample.add_argument("--data", help="evaluation data of the runs (default: the source in their eval/summary.json)")
+    sample.add_argument("--benchmark", default="kbqa", help="short-QA benchmark of the records; default: %(default)s")
+    sample.set_defaults(run=cmd_audit_sample)
+    score = audit.add_parser("score", help="unblind the labeled items and compare the methods")
+    score.add_argument("--items", default="results/audit_items.jsonl", help="the labeled items; default: %(default)s")
+    score.add_argument("--key", default="results/audit_key.json", help="the key; default: %(default)s")
+    score.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples; default: %(default)s")
+    score.add_argument("--seed", type=int, default=0, help="seeds the bootstrap; default: %(default)s")
+    score.add_argument("--json", help="also write the result as JSON here")
+    score.set_defaults(run=cmd_audit_score)
+
     lite = commands.add_parser("lite", help="the lite reproduction: notebooks 01-04 under papermill, then the "
                                "results table (results/summary.md) and figures (figures/lite_*.png)")
-    lite.add_argument("--profile", default="lite", help="lite (under 30 min on 2 CPU cores) | quick (a smoke run, "
-                      "under a minute) | colab_t4 (a T4 GPU, hours) | a profile YAML file; default: %(default)s")
+    lite.add_argument("--profile", default="lite", help="a profile YAML file or one of: " + "; ".join(
+        f"{name} ({description})" for name, description in profile_names().items()) + "; default: %(default)s")
     lite.add_argument("--out", help="output root for results/, figures/ and runs/ (default: the profile's 'out')")
+    lite.add_argument("--set", dest="overrides", action="append", default=[], metavar="[NB.]KEY=VALUE",
+                      help="KEY=VALUE: a config key of the training runs (notebook 03's `overrides`), e.g. --set "
+                      "model.load_in_4bit=true; NB.PARAM=VALUE: a notebook parameter, NB the notebook's number or "
+                      "name, e.g. --set 03.seeds=[0] (repeatable)")
+    lite.add_argument("--data-dir", help="the data folder the profile's local_data benchmarks read their full copies "
+                      "from (default: $FSPO_LITE_DATA, else ~/.cache/fspo-lite/data; absent files: the bundled "
+                      "samples)")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)
-    args = parser.parse_args(argv)
-    return args.run(args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # accepted anywhere on the line, also after the command
+    args = parser.parse_args([a for a in argv if a != "--debug"])
+    if debug:
+        return args.run(args)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("fspo_lite: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # one line per error; --debug shows the traceback
+        print(error_line(error), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""The math of GRPO, FSPO and token-reward advantages as pure tensor functions (docs: ../shared/docs/ALGORITHMS.md,
-sections 1, 2 and 4).
+"""The math of GRPO, FSPO and token-reward advantages as pure tensor functions (docs/algorithms.md, sections 1, 2 and 4,
+states each method and its defaults).
 
 Nothing here touches a model: every function maps tensors to tensors, so each formula can be
 checked by hand. Shapes: B responses, T completion tokens; `mask` is 1 on real completion tokens.
@@ -59,6 +59,16 @@ def step_score(labels: list[int]) -> float:
     return sum(verified) / len(verified) if verified else 0.0
 
 
+LOG_RATIO_CLAMP = 20.0
+"""Bound on log pi - log pi_old before exp in the surrogate (verl: +-20; exp(20) = 4.9e8 stays finite in float32)."""
+
+
+def entropy_bonus(token_loss: torch.Tensor, entropy: torch.Tensor, coef: float) -> torch.Tensor:
+    """token_loss - coef * entropy per token: aggregated like the policy loss, it adds -coef x the
+    mean token entropy, so minimising the loss raises the entropy (train.entropy_coef)."""
+    return token_loss - coef * entropy if coef else token_loss
+
+
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Per-token k3 ("low_var_kl") estimate of KL(pi_theta || pi_ref), clamped to [-10, 10]."""
     log_ratio = (ref_logp - logp).clamp(-KL_CLAMP, KL_CLAMP)
@@ -74,9 +84,11 @@ def clipped_surrogate(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO clipped policy loss per token and a bool tensor marking tokens where clipping was active.
 
-    loss = -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - old_logp).
+    loss = -min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A), r = exp(logp - old_logp), with the
+    log-ratio clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before exp (as verl does), so a huge
+    log-ratio on a token (masked or not) gives a finite loss instead of inf (and 0 * inf = NaN).
     """
-    ratio = torch.exp(logp - old_logp)
+    ratio = torch.exp((logp - old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - epsilon_low, 1.0 + epsilon_high)
     return torch.maximum(unclipped, clipped), clipped > unclipped
@@ -96,19 +108,23 @@ def aggregate_loss(
     sequence's token mean. dr_grpo: sum / (sequences * max_completion_length).
     With gradient accumulation pass the whole step's `total_tokens` / `total_sequences` so the
     micro-batch losses add up to the full-batch loss.
+    The normalisers are used as given (with several processes they are global counts / world
+    size, e.g. 0.5 tokens per rank): no floor at 1, which would shrink the gradient; a step with
+    no token (or sequence) at all gives a zero loss.
     """
     mask = mask.to(token_loss.dtype)
     sequences = total_sequences if total_sequences is not None else token_loss.shape[0]
+    masked = token_loss.masked_fill(mask == 0, 0.0) * mask  # a masked non-finite token stays out of the sum
     if mode == "token-mean":
-        tokens = total_tokens if total_tokens is not None else mask.sum()
-        return (token_loss * mask).sum() / max(float(tokens), 1.0)
+        tokens = float(total_tokens if total_tokens is not None else mask.sum())
+        return masked.sum() / tokens if tokens > 0 else masked.sum() * 0.0
     if mode == "seq-mean-token-mean":
-        per_sequence = (token_loss * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-        return per_sequence.sum() / max(sequences, 1)
+        per_sequence = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+        return per_sequence.sum() / float(sequences) if sequences > 0 else per_sequence.sum() * 0.0
     if mode == "dr_grpo":
         if not max_completion_length:
             raise ValueError("dr_grpo aggregation needs max_completion_length")
-        return (token_loss * mask).sum() / (max(sequences, 1) * max_completion_length)
+        return masked.sum() / (float(sequences) * max_completion_length) if sequences > 0 else masked.sum() * 0.0
     raise ValueError(f"unknown loss aggregation {mode!r}; choose one of {', '.join(LOSS_AGGREGATIONS)}")
 
 
@@ -167,7 +183,7 @@ def reward_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 def token_reward_advantages(
     token_rewards: torch.Tensor, mask: torch.Tensor, group_size: int, scale_by_std: bool = True, eps: float = 1e-6
 ) -> torch.Tensor:
-    """(B, T) advantages from per-token rewards (RLFH in a GRPO-family trainer, ALGORITHMS section 4).
+    """(B, T) advantages from per-token rewards (RLFH in a GRPO-family trainer, docs/algorithms.md section 4).
 
     Each token's reward-to-go is normalised over the group: (G_t - mean) / (std + eps), where the mean
     and the sample std run over every real token of the group's G responses (no critic, as in GRPO).

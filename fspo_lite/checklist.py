@@ -1,4 +1,4 @@
-"""The offline KLCF checklist builder: `python -m fspo_lite klcf-checklist` (ALGORITHMS section 5).
+"""The offline KLCF checklist builder: `python -m fspo_lite klcf-checklist` (docs/algorithms.md section 5).
 
 For every training question: sample the base model k times, extract the claims of each answer,
 verify them against the question's evidence with the configured verifier, keep the supported

@@ -2,12 +2,14 @@
 
 A checkpoint holds the weights (the LoRA adapter in PEFT format, or the full model), the
 optimizer, the RNG states and the trainer state (step, data position). A manifest with every
-file's size is written last; a folder without it, or with a file of the wrong size, is
-reported as truncated instead of being loaded.
+file's size and SHA-256 is written last; a folder without it is reported as partial, a file of
+the wrong size as truncated and a file whose bytes changed (same size) as corrupt, each naming
+the file, instead of being loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -43,6 +45,14 @@ def _write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def rng_state() -> dict:
     state = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -58,11 +68,12 @@ def set_rng_state(state: dict) -> None:
 
 
 def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer_state: dict, config=None,
-                    state_dict: dict | None = None) -> Path:
+                    state_dict: dict | None = None, extra_dirs: dict[str, Path] | None = None) -> Path:
     """Write checkpoints/step-XXXXXX atomically and point checkpoints/latest at it.
 
     `state_dict`: the model's weights when they were gathered from ranks that shard them (FSDP);
-    None saves the model's own parameters."""
+    None saves the model's own parameters. `optimizer` None writes no optimizer.pt (its state is sharded
+    in one of `extra_dirs`: {name: folder} moved into the checkpoint before the manifest is written)."""
     root = Path(output_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -71,13 +82,17 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     staging = root / f".staging-{step:06d}-{os.getpid()}"
     staging.mkdir()
     model.save_pretrained(staging / "model", safe_serialization=True, state_dict=state_dict)
-    torch.save(optimizer.state_dict(), staging / "optimizer.pt")
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), staging / "optimizer.pt")
     torch.save(rng_state(), staging / "rng.pt")
+    for name, folder in (extra_dirs or {}).items():
+        os.rename(folder, staging / name)
     (staging / "trainer_state.json").write_text(json.dumps({**trainer_state, "step": step}, indent=2))
     if config is not None:
         config.save(staging / "config.yaml")
     files = {
-        str(p.relative_to(staging)): p.stat().st_size for p in sorted(staging.rglob("*")) if p.is_file()
+        str(p.relative_to(staging)): {"size": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in sorted(staging.rglob("*")) if p.is_file()
     }
     for name in files:
         with open(staging / name, "rb") as handle:
@@ -134,14 +149,19 @@ def verify_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({error})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt (no file list)")
-    for name, size in manifest["files"].items():
+    for name, entry in manifest["files"].items():
         file = path / name
+        # older manifests hold the size only; newer ones {"size": n, "sha256": hex}
+        size, digest = (entry, None) if isinstance(entry, int) else (entry.get("size"), entry.get("sha256"))
         if not file.exists():
             raise CheckpointError(f"checkpoint {path} is partial: {name} is missing")
         if file.stat().st_size != size:
             raise CheckpointError(
                 f"checkpoint {path} is truncated: {name} has {file.stat().st_size} bytes, expected {size}"
             )
+        if digest is not None and file_sha256(file) != digest:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its SHA-256 in {MANIFEST} "
+                                  "(the file changed after it was written)")
     return manifest
 
 
@@ -166,6 +186,18 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
         if real_missing or unexpected:
             raise CheckpointError(f"checkpoint {path} does not match the model: missing {real_missing[:5]}, "
                                   f"unexpected {unexpected[:5]}")
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-    set_rng_state(torch.load(path / "rng.pt", weights_only=True))
-    return json.loads((path / "trainer_state.json").read_text())
+    try:
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+    except Exception as error:  # a manifest without checksums cannot vouch for the bytes
+        raise CheckpointError(f"checkpoint {path}: optimizer.pt cannot be loaded ({type(error).__name__}: {error})") from None
+    try:
+        set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {path}: rng.pt cannot be loaded ({type(error).__name__}: {error})") from None
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"checkpoint {path}: trainer_state.json is not valid JSON ({error})") from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "sampler" not in state:
+        raise CheckpointError(f"checkpoint {path}: trainer_state.json has no integer 'step' and 'sampler'")
+    return state

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -42,8 +43,8 @@ class ModelConfig:
     """Recompute activations in the backward pass. None: on for models above 1B parameters, where
     activations dominate memory; off below, where it only costs about a third more compute."""
     load_in_4bit: bool = False
-    """QLoRA (GPU only): 4-bit NF4 base weights with double quantization through bitsandbytes, compute in
-    bfloat16 where the GPU supports it (Ampere and newer), else float16 (T4); needs model.lora."""
+    """QLoRA: 4-bit NF4 base weights with double quantization through bitsandbytes; compute in float32 on a CPU,
+    on a GPU in bfloat16 where supported (Ampere and newer), else float16 (T4); needs model.lora."""
     backend: str = "transformers"
     """transformers | unsloth (GPU only: Unsloth's 4-bit loading, LoRA kernels and its vLLM for rollout.engine=vllm)."""
 
@@ -114,6 +115,10 @@ class RolloutConfig:
     started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True on a machine that can read train.output_dir."""
     vllm_server_timeout: float = 600.0
     """Seconds to wait for one server response."""
+    share_prompt_prefix: bool = True
+    """transformers engine, with share_prompt_prefill: encode the tokens that every prompt of a generation batch
+    starts with (system prompt, demonstrations) once, then each prompt's own rest (the same KV cache up to float
+    rounding; docs/performance.md). Used when that common start is at least 16 tokens."""
 
 
 @dataclass
@@ -140,7 +145,7 @@ class RewardConfig:
 
 @dataclass
 class CautionConfig:
-    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; ALGORITHMS section 3)."""
+    """Factuality GRPO with a caution ("Unknown") reward (reward.method=caution; docs/algorithms.md section 3)."""
 
     variant: str = "both"
     """both (the seed's group-aware table) | fact (correctness only) | caution (only "Unknown" when no sample
@@ -161,7 +166,7 @@ class CautionConfig:
 
 @dataclass
 class RLFHConfig:
-    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; ALGORITHMS section 4)."""
+    """RLFH token-level rewards from statement-level feedback (reward.method=rlfh; docs/algorithms.md section 4)."""
 
     granularity: str = "token"
     """token (each statement at its last word, sentence info at the sentence end) | sentence | paragraph."""
@@ -209,7 +214,7 @@ class RLFHConfig:
 
 @dataclass
 class KLCFConfig:
-    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; ALGORITHMS section 5)."""
+    """KLCF dual-fact rewards: checklist recall and claim precision (reward.method=klcf; docs/algorithms.md section 5)."""
 
     checklist_path: str | None = None
     """The checklist file written by `python -m fspo_lite klcf-checklist` (required by reward.method=klcf)."""
@@ -234,8 +239,24 @@ class KLCFConfig:
 
 
 @dataclass
+class DetailConfig:
+    """A detail term added to any method's reward so that saying less does not pay (fspo_lite.methods.detail;
+    docs/methods.md). Off by default (weight 0 and precision_weight 0)."""
+
+    weight: float = 0.0
+    """Weight of log(1 + S), S = distinct supported reasoning sentences of a response (0 = off). 0.1-0.3 keeps the
+    term below one answer's F1 for the few sentences small models write."""
+    cap: int = 8
+    """At most this many supported sentences count, so a response cannot buy reward with length."""
+    duplicate_threshold: float = 0.8
+    """Two sentences whose word sets have Jaccard similarity >= this are near-duplicates: only the first counts in S."""
+    precision_weight: float = 0.0
+    """Weight of S / (T + 1), T = judged sentences of the response (duplicates included); 0 = off."""
+
+
+@dataclass
 class FilterConfig:
-    """Difficulty filtering: `python -m fspo_lite filter` (ALGORITHMS section 3)."""
+    """Difficulty filtering: `python -m fspo_lite filter` (docs/algorithms.md section 3.4)."""
 
     samples: int = 16
     """k: base-model answers sampled per training question."""
@@ -280,7 +301,7 @@ class VerifierConfig:
 
 @dataclass
 class TrainConfig:
-    """The optimisation loop (GRPO section 1 of docs/ALGORITHMS)."""
+    """The optimisation loop (docs/algorithms.md section 1)."""
 
     steps: int = 50
     prompts_per_step: int = 4
@@ -314,6 +335,12 @@ class TrainConfig:
     max_bad_steps: int = 3
     """Stop after this many consecutive steps with a non-finite loss or gradient."""
     tensorboard: bool = False
+    entropy_coef: float = 0.0
+    """Entropy bonus: the loss subtracts entropy_coef x the mean token entropy (same aggregation as the policy
+    loss). 0 (default) skips it; the FSPO run used 0.001."""
+    fsdp: bool = False
+    """Shard weights, gradients and optimizer state over the processes torchrun starts (torch FSDP2: every decoder
+    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md)."""
 
 
 @dataclass
@@ -351,10 +378,15 @@ class EvalConfig:
     judge_model: str | None = None
     """llm judge: a model name or folder (None: the bundled smollm2-135m, a weak judge), or the server's model."""
     sources: dict[str, str] = field(default_factory=dict)
-    """Per-benchmark data overrides, e.g. {truthfulqa_mc: ../shared/data/truthfulqa.jsonl}: a bundled:<name>,
-    a local file or hf:<id>. Defaults: bundled data, else ../shared/data/<file>, else the hub."""
+    """Per-benchmark data overrides, e.g. {truthfulqa_mc: /data/truthfulqa.jsonl}: a bundled:<name>, data:<name>,
+    a local file or hf:<id>. Defaults: the data folder's file ($FSPO_LITE_DATA, `python -m fspo_lite data`),
+    else the bundled data, else the hub."""
     output_dir: str = "runs/eval"
     """Where summary.json, table.csv and records.jsonl are written."""
+    extra_step_verifiers: list[str] = field(default_factory=list)
+    """More judges of the held-out reasoning sentences besides step_verifier, e.g. [likelihood]: each one's labels
+    are kept per record (sentence_labels_by_judge) and its rates reported separately (step_hallucination@<name>);
+    one that cannot load is an error (no fallback)."""
 
 
 @dataclass
@@ -366,6 +398,7 @@ class Config:
     caution: CautionConfig = field(default_factory=CautionConfig)
     rlfh: RLFHConfig = field(default_factory=RLFHConfig)
     klcf: KLCFConfig = field(default_factory=KLCFConfig)
+    detail: DetailConfig = field(default_factory=DetailConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -483,18 +516,110 @@ def _split_override(text: str) -> tuple[str, Any]:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
-    """Load a YAML config (or the defaults when path is None) and apply overrides."""
+    """Load a YAML config (or the defaults when path is None), apply overrides and check every value's
+    range (`validate_config`), so a bad value stops the run before any model loads."""
     values = {}
     if path is not None:
-        text = Path(path).read_text()
-        values = yaml.safe_load(text) or {}
+        path = Path(path)
+        if path.is_dir() or not path.exists():
+            raise ConfigError(f"{path}: no such config file" + (" (it is a folder)" if path.is_dir() else "")
+                              + "; the bundled ones are in configs/ (e.g. configs/tiny.yaml)")
+        try:
+            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(f"{where}: invalid YAML ({problem})") from None
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections")
-    config = config_from_dict(values)
+    try:
+        config = config_from_dict(values)
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}" if path is not None else str(error)) from None
     if overrides:
         apply_overrides(config, overrides)
+    validate_config(config)
     return config
+
+
+def _check(condition: bool, key: str, value: Any, valid: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={value!r} is out of range; valid: {valid}")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def validate_config(config: Config) -> None:
+    """Range checks on the values a run depends on (ConfigError naming the key, the value and the valid
+    range); load_config calls it. Types are already checked by the loader."""
+    train, rollout, data = config.train, config.rollout, config.data
+    _check(train.steps >= 1, "train.steps", train.steps, "an integer >= 1")
+    _check(train.prompts_per_step >= 1, "train.prompts_per_step", train.prompts_per_step, "an integer >= 1")
+    _check(_finite(train.learning_rate) and train.learning_rate > 0, "train.learning_rate", train.learning_rate,
+           "a finite number > 0")
+    _check(_finite(train.weight_decay) and train.weight_decay >= 0, "train.weight_decay", train.weight_decay,
+           "a finite number >= 0")
+    _check(_finite(train.beta) and train.beta >= 0, "train.beta", train.beta, "a finite number >= 0")
+    _check(_finite(train.epsilon_low) and 0 <= train.epsilon_low < 1, "train.epsilon_low", train.epsilon_low,
+           "0 <= epsilon_low < 1 (the ratio's lower clip 1 - epsilon_low must stay above 0)")
+    _check(_finite(train.epsilon_high) and 0 <= train.epsilon_high <= 10, "train.epsilon_high", train.epsilon_high,
+           "0 <= epsilon_high <= 10 (0.2 in GRPO, 0.28 in DAPO)")
+    _check(_finite(train.max_grad_norm) and train.max_grad_norm > 0, "train.max_grad_norm", train.max_grad_norm,
+           "a finite number > 0 (a negative one would reverse the update)")
+    _check(train.ppo_epochs >= 1, "train.ppo_epochs", train.ppo_epochs, "an integer >= 1")
+    _check(train.micro_batch_size >= 1, "train.micro_batch_size", train.micro_batch_size, "an integer >= 1")
+    _check(train.save_every >= 0, "train.save_every", train.save_every, "an integer >= 0 (0: only at the end)")
+    _check(train.max_bad_steps >= 1, "train.max_bad_steps", train.max_bad_steps,
+           "an integer >= 1 (consecutive non-finite steps tolerated before the run stops)")
+    _check(_finite(train.entropy_coef) and train.entropy_coef >= 0, "train.entropy_coef", train.entropy_coef,
+           "a finite number >= 0")
+    _check(train.loss_aggregation in ("token-mean", "seq-mean-token-mean", "dr_grpo"), "train.loss_aggregation",
+           train.loss_aggregation, "token-mean | seq-mean-token-mean | dr_grpo")
+    minimum_group = 1 if config.reward.method.split("+")[0] == "rlfh" else 2
+    _check(rollout.group_size >= minimum_group, "rollout.group_size", rollout.group_size,
+           f"an integer >= {minimum_group} (group-relative advantages need at least two responses per prompt)"
+           if minimum_group == 2 else "an integer >= 1")
+    _check(rollout.max_new_tokens >= 1, "rollout.max_new_tokens", rollout.max_new_tokens, "an integer >= 1")
+    _check(_finite(rollout.temperature) and rollout.temperature >= 0, "rollout.temperature", rollout.temperature,
+           "a finite number >= 0")
+    _check(_finite(rollout.top_p) and 0 < rollout.top_p <= 1, "rollout.top_p", rollout.top_p, "0 < top_p <= 1")
+    _check(rollout.generation_batch_size >= 1, "rollout.generation_batch_size", rollout.generation_batch_size,
+           "an integer >= 1")
+    _check(data.limit is None or data.limit >= 1, "data.limit", data.limit,
+           "null (every example) or an integer >= 1")
+    _check(data.max_prompt_tokens >= 1, "data.max_prompt_tokens", data.max_prompt_tokens, "an integer >= 1")
+    _check(0 <= data.few_shot <= 2, "data.few_shot", data.few_shot, "0, 1 or 2")
+    _check(_finite(config.reward.format_penalty), "reward.format_penalty", config.reward.format_penalty,
+           "a finite number")
+    _check(config.evaluation.limit is None or config.evaluation.limit >= 1, "evaluation.limit",
+           config.evaluation.limit, "null (every item) or an integer >= 1")
+    _check(config.filter.samples >= 1, "filter.samples", config.filter.samples, "an integer >= 1")
+    _check(config.filter.top is None or config.filter.top >= 1, "filter.top", config.filter.top,
+           "null or an integer >= 1")
+    if config.filter.band is not None:
+        validate_band(config.filter.band, "filter.band")
+
+
+def validate_band(band: Any, key: str = "--band") -> list[float]:
+    """[low, high] success-rate band with 0 <= low <= high <= 1, or ConfigError."""
+    ok = (isinstance(band, (list, tuple)) and len(band) == 2 and all(_finite(x) for x in band)
+          and 0 <= band[0] <= band[1] <= 1)
+    _check(ok, key, band, "two numbers LOW,HIGH with 0 <= LOW <= HIGH <= 1, e.g. 0.2,0.8")
+    return [float(band[0]), float(band[1])]
 
 
 def config_json(config: Config) -> str:
     return json.dumps(config.to_dict(), indent=2, sort_keys=False)
+
+
+def parse_overrides(texts: list[str]) -> dict[str, Any]:
+    """'section.key=value' strings as a flat {'section.key': value} dict (values parsed as YAML), each key
+    checked against the config's fields, for passing on (e.g. to a notebook's `overrides` parameter)."""
+    parsed = dict(_split_override(text) for text in texts)
+    apply_overrides(Config(), parsed)  # raises ConfigError naming an unknown key or a bad value
+    return parsed

@@ -5,22 +5,27 @@ HotpotQA with evidence, GSM8K, MATH/SimpleRL) and the QA-style benchmarks. A sou
 by a string:
 
 - ``bundled:<name>``: ``data/<name>.jsonl`` shipped with the project,
+- ``data:<name>``: ``<name>.jsonl`` in the data folder (``python -m fspo_lite data prepare``; see
+  ``fspo_lite.data_files``), e.g. ``data:hotpotqa_train``,
 - a local ``.jsonl`` / ``.json`` / ``.parquet`` path,
 - ``hf:<dataset id>[:<config>][@<split>]``: a hub dataset (needs network and `datasets`).
 
 Field names of the common releases are mapped onto the record (``answer``/``answers``/
-``right_answer``, ``knowledge``/``evidence``/``context``...), so files like those in
-``../shared/data`` load as they are.
+``right_answer``, ``knowledge``/``evidence``/``context``...), so the files of the data folder and the
+common hub releases load as they are.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+
+from .data_files import DataFolderError, require
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
@@ -111,7 +116,7 @@ def _as_answers(value: Any, where: str = "") -> list[str]:
 
 
 def _gsm8k_final(answer: str) -> str:
-    """GSM8K hub answers end with '#### 42'; the shared files hold just '42'."""
+    """GSM8K hub answers end with '#### 42'; the data folder's files hold just '42'."""
     return answer.split("####")[-1].strip().replace(",", "") if "####" in answer else answer
 
 
@@ -154,11 +159,38 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
     )
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:20]} is out of range")
+    return value
+
+
+def decode_json(text: str):
+    """json.loads that accepts only standard JSON: NaN/Infinity and numbers overflowing to inf are
+    refused (ValueError); so are integers over Python's digit limit and nesting deep enough to
+    exhaust recursion (both as ValueError, whose message says which)."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _json_problem(error: ValueError) -> str:
+    if isinstance(error, json.JSONDecodeError):  # msg may end in "at" ("Unterminated string starting at")
+        return f"{error.msg}{'' if error.msg.endswith(' at') else ' at'} column {error.colno}"
+    return str(error).split(";")[0]
+
+
 def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
     with open(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
             try:
-                text = raw.decode("utf-8")
+                text = raw.decode("utf-8-sig" if line_number == 1 else "utf-8")  # a leading BOM is not data
             except UnicodeDecodeError as error:
                 if skip_bad:
                     stats["skipped"] += 1
@@ -167,12 +199,13 @@ def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, 
             if not text.strip():
                 continue
             try:
-                yield line_number, json.loads(text)
-            except json.JSONDecodeError as error:
+                row = decode_json(text)
+            except ValueError as error:
                 if skip_bad:
                     stats["skipped"] += 1
                     continue
-                raise DataError(f"{path}:{line_number}: broken JSON ({error.msg} at column {error.colno})") from None
+                raise DataError(f"{path}:{line_number}: broken JSON ({_json_problem(error)})") from None
+            yield line_number, row
 
 
 def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
@@ -181,11 +214,13 @@ def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[i
         yield from _read_jsonl(path, skip_bad, stats)
     elif suffix == ".json":
         try:
-            rows = json.loads(path.read_bytes().decode("utf-8"))
+            rows = decode_json(path.read_bytes().decode("utf-8-sig"))
         except UnicodeDecodeError as error:
             raise DataError(f"{path}: invalid UTF-8 at byte {error.start} ({error.reason})") from None
         except json.JSONDecodeError as error:
-            raise DataError(f"{path}: broken JSON ({error.msg} at line {error.lineno}, column {error.colno})") from None
+            raise DataError(f"{path}: broken JSON ({_json_problem(error)}, line {error.lineno})") from None
+        except ValueError as error:
+            raise DataError(f"{path}: broken JSON ({_json_problem(error)})") from None
         rows = rows.get("data") if isinstance(rows, dict) else rows
         if not isinstance(rows, list):
             raise DataError(f"{path}: expected a list of objects (or {{\"data\": [...]}}) at the top level")
@@ -231,13 +266,21 @@ def resolve_source(spec: str) -> tuple[str, Path | None]:
         if not path.exists():
             raise DataError(f"no bundled data set '{name}'; available: {', '.join(bundled_names())}")
         return name, path
+    if spec.startswith("data:"):
+        name = spec.split(":", 1)[1]
+        try:
+            return name, require(name)
+        except DataFolderError as error:
+            raise DataError(str(error)) from None
     if spec.startswith("hf:"):
         return spec[3:].split("@")[0].split(":")[0].split("/")[-1], None
     path = Path(spec).expanduser()
+    if path.is_dir():
+        raise DataError(f"data source '{spec}' is a folder; give a .jsonl/.json/.parquet file inside it")
     if not path.exists():
         raise DataError(
             f"data source '{spec}' is not a file; use bundled:<name> ({', '.join(bundled_names())}), "
-            "a .jsonl/.json/.parquet path, or hf:<dataset id>"
+            "data:<name> (the data folder), a .jsonl/.json/.parquet path, or hf:<dataset id>"
         )
     return path.stem, path
 
@@ -318,3 +361,20 @@ def save_examples(examples: Iterable[QAExample], path: str | Path) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         for example in examples:
             handle.write(json.dumps(example.to_dict(), ensure_ascii=False) + "\n")
+
+
+def portable_spec(spec: str, root: str | Path | None = None) -> str:
+    """A data spec or path as a user of another checkout can type it, for records of how a result was made:
+    an absolute path inside the repository (`root`, default: this checkout) becomes relative to it, and a copy of
+    a bundled file anywhere (e.g. another checkout's data/kbqa_train.jsonl) becomes `bundled:<name>`; anything
+    else (bundled:, hf:, relative paths, files outside) comes back unchanged."""
+    if not spec or not (spec.startswith("/") or spec.startswith("~")):
+        return spec
+    root = Path(root).resolve() if root is not None else DATA_DIR.parent
+    path = Path(spec).expanduser().resolve()
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix() or "."
+    bundled = DATA_DIR / path.name
+    if path.suffix == ".jsonl" and path.is_file() and bundled.is_file() and path.read_bytes() == bundled.read_bytes():
+        return f"bundled:{path.stem}"
+    return spec

@@ -1009,7 +1009,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default="data", help="output folder (default: data)")
     parser.add_argument("--seed", type=int, default=0, help="seed for subject choice, evidence order and split")
     parser.add_argument("--truthfulqa", metavar="PATH", help="write only truthfulqa_sample.jsonl, drawn from this "
-                        "817-question TruthfulQA file (e.g. ../shared/data/truthfulqa.jsonl)")
+                        "817-question TruthfulQA file (e.g. the data folder's truthfulqa.jsonl)")
     args = parser.parse_args(argv)
     if args.truthfulqa:
         stats = {"truthfulqa_sample": build_truthfulqa_sample(args.truthfulqa, args.out, seed=args.seed)}

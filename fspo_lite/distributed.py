@@ -1,7 +1,6 @@
 """Several processes (GPUs or CPU workers) training one policy, through `accelerate`.
 
-Launch with `accelerate launch --num_processes N -m fspo_lite train ...` on GPUs (add
-`--config_file configs/accelerate/<name>.yaml` for FSDP), or on a CPU-only machine with
+Launch with `accelerate launch --num_processes N -m fspo_lite train ...` on GPUs, or on a CPU-only machine with
 `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes N ...` (gloo); a plain
 `python -m fspo_lite train` is the one-process case of the same code. The plan per step:
 
@@ -9,7 +8,8 @@ Launch with `accelerate launch --num_processes N -m fspo_lite train ...` on GPUs
   G responses of a prompt are generated and scored on one rank (group advantages stay local);
 - the loss normaliser (tokens or sequences of the whole step) is summed over ranks, so one
   N-process step computes the gradient of exactly the single-process loss on the same batch;
-- gradients are averaged by DDP (LoRA or full weights) or by FSDP (configs/accelerate/);
+- gradients are averaged by DDP (LoRA or full weights); sharded training (FSDP2) is `train.fsdp`
+  under torchrun, in fspo_lite/fsdp.py, with the same interface;
 - metrics are averaged over ranks (counts and throughput summed); only the main process writes
   metrics, samples and checkpoints.
 
@@ -113,22 +113,25 @@ class Distributed:
         self.is_main = accelerator.is_main_process
         self.device = accelerator.device
 
-    @property
-    def shards_weights(self) -> bool:
-        """True when no rank holds the whole model (FSDP, DeepSpeed ZeRO-3)."""
         from accelerate.utils import DistributedType
 
-        kind = self.accelerator.distributed_type
-        if kind == DistributedType.FSDP:
-            return True
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        return kind == DistributedType.DEEPSPEED and plugin is not None and plugin.zero_stage == 3
+        plugin = getattr(accelerator.state, "deepspeed_plugin", None)
+        if accelerator.distributed_type == DistributedType.FSDP or (plugin is not None and plugin.zero_stage == 3):
+            raise RuntimeError("fspo_lite does not use accelerate's sharding (FSDP, ZeRO-3): set train.fsdp=true and "
+                               "launch with torchrun (docs/gpu.md)")
+
+    shards_weights = False
+    """Every rank holds the whole model here (data parallelism); fspo_lite.fsdp.FSDPDistributed shards it."""
 
     def prepare(self, model, optimizer):
         """(model for the training forward/backward, optimizer): DDP/FSDP-wrapped when launched on
         several processes, placed on this rank's device. Keep using the unwrapped model for
         generation, the reference pass and saving (`unwrap`)."""
         return self.accelerator.prepare(model, optimizer)
+
+    def prepare_frozen(self, model):
+        """A frozen model (the KL reference) on this rank's device."""
+        return model.to(self.device)
 
     def unwrap(self, model):
         return self.accelerator.unwrap_model(model)
@@ -162,14 +165,12 @@ class Distributed:
         return float(norm)
 
     def generation_kwargs(self) -> dict:
-        """Extra `generate` arguments: with sharded weights every rank must keep running forward
-        passes until all ranks are done, or the all-gathers inside them deadlock."""
-        return {"synced_gpus": True} if self.shards_weights else {}
+        """Extra `generate` arguments: none with whole models on every rank (FSDPDistributed syncs ranks)."""
+        return {}
 
     def full_state_dict(self, model):
-        """The whole model's weights (gathered on the main process when sharded), or None when the
-        unwrapped model can save itself."""
-        return self.accelerator.get_state_dict(model) if self.shards_weights else None
+        """None: the unwrapped model can save itself (FSDPDistributed gathers its shards here)."""
+        return None
 
     def wait(self) -> None:
         self.accelerator.wait_for_everyone()

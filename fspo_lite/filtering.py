@@ -1,4 +1,4 @@
-"""Difficulty filtering (ALGORITHMS section 3): keep the questions whose sampled outcomes vary.
+"""Difficulty filtering (docs/algorithms.md section 3.4): keep the questions whose sampled outcomes vary.
 
 A question the base model always answers correctly, or never does, gives every response of a
 GRPO group the same reward, hence no gradient. `python -m fspo_lite filter` samples each training

@@ -3,21 +3,29 @@
 Model output is untrusted text, and public graders in this field execute it (eval, sympify,
 parse_expr). Here nothing evaluates it. Three checks, cheapest first:
 
-1. the normalised strings are equal (LaTeX decorations, spacing, \\dfrac, "x = 5" -> "5");
-2. both are plain numbers or simple fractions, compared exactly as Fractions;
+0. an answer with a division by zero (1/0, \\frac{2}{0}) is malformed: never equal, even to itself;
+1. both are plain quantities (`read_quantity`: decimals, 1e3, 1.5\\times10^{3}, 12,000 and
+   12{,}000, fractions, mixed numbers 2\\frac{1}{2}, percent, a currency sign, a unit suffix),
+   compared exactly as Fractions, with the percent and unit rules of `quantities_equal`;
+2. the normalised strings are equal (LaTeX decorations, spacing, \\dfrac, "x = 5" -> "5");
 3. both parse under the small grammar of `fspo_lite.latex_math` (no eval; size limits) and a
    sandboxed worker process (`fspo_lite.symbolic`) finds them symbolically equal within a hard
-   timeout: \\frac{1}{2} = 0.5, 2\\sqrt{2} = \\sqrt{8}, (x+1)^2 = x^2+2x+1.
+   timeout: \\frac{1}{2} = 0.5, 2\\sqrt{2} = \\sqrt{8}, (x+1)^2 = x^2+2x+1, {1, 2} = {2, 1}.
 
-An answer that fails to parse, is over the limits, or times out counts as not equal.
+An answer that fails to parse, is over the limits, or times out counts as not equal. Numbers
+never become big integers before a bound is checked: an exponent above `MAX_EXPONENT` (1e400)
+makes a quantity "too large", which equals nothing but the same string. The rules follow what
+the maintained graders do (lm-eval-harness's Minerva normalisation: units, dollars, thousands
+separators; math-verify: sets unordered, percent), without ever evaluating the text.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 
-from .latex_math import ParseError, parse_math
+from .latex_math import MAX_EXPONENT, ParseError, decimal_value, parse_math
 
 MAX_ANSWER_CHARS = 1000
 """Longer predictions or golds are not math answers: they compare as not equal."""
@@ -28,14 +36,16 @@ _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _VARIABLE_PREFIX = re.compile(r"\s*[a-zA-Z]\s*=(?!=)")
 
 
-def strip_latex_decorations(answer: str) -> str:
+def strip_latex_decorations(answer: str, keep_percent: bool = False) -> str:
     """Drop what does not change an answer's value: $, \\left/\\right, thin spaces, \\text{},
-    degrees, percent signs, \\dfrac/\\tfrac, a leading "x =" and trailing full stops. Spacing
-    and case are kept (the parser needs them)."""
+    degrees, percent signs (unless keep_percent), \\dfrac/\\tfrac, a leading "x =" and trailing
+    full stops. Spacing and case are kept (the parser needs them)."""
     text = str(answer).strip()
-    text = text.replace("\\!", "").replace("\\,", "").replace("\\;", "").replace("\\ ", " ")
-    text = text.replace("$", "").replace("\\left", "").replace("\\right", "")
-    text = text.replace("^\\circ", "").replace("^{\\circ}", "").replace("\\%", "").replace("%", "")
+    text = text.replace("{,}", ",").replace("\\!", "").replace("\\,", "").replace("\\;", "").replace("\\ ", " ")
+    text = text.replace("\\$", "$").replace("$", "").replace("\\left", "").replace("\\right", "")
+    text = text.replace("^\\circ", "").replace("^{\\circ}", "")
+    if not keep_percent:
+        text = text.replace("\\%", "").replace("%", "")
     for _ in range(3):
         text = _TEXT_MACRO.sub(r"\1", text)
     text = _FRAC_SHORT.sub(r"\\frac{\1}{\2}", text)
@@ -51,19 +61,164 @@ def normalize_math_answer(answer: str) -> str:
     return re.sub(r"\s+", "", strip_latex_decorations(answer)).lower()
 
 
-def parse_plain_number(text: str) -> Fraction | None:
-    """'1,000', '-0.5', '3/4', '\\frac{3}{4}', '-\\frac{1}{2}' as an exact Fraction; else None."""
-    text = text.replace(",", "") if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text) else text
-    match = _FRAC.fullmatch(text.lstrip("-"))
-    sign = -1 if text.startswith("-") else 1
-    try:
-        if match:
-            return sign * Fraction(Fraction(match.group(1)), Fraction(match.group(2)))
-        if re.fullmatch(r"-?\d+(\.\d+)?(/\d+)?|-?\.\d+", text):
-            return Fraction(text)
-    except (ValueError, ZeroDivisionError):
+UNIT_WORDS = frozenset(
+    "cm mm km m meter meters metre metres centimeter centimeters kilometer kilometers inch inches in ft feet foot "
+    "yard yards yd mile miles mi mph kmh kg g gm gram grams mg kilogram kilograms lb lbs pound pounds oz ounce ounces "
+    "s sec second seconds min minute minutes h hr hrs hour hours day days week weeks month months year years "
+    "l ml liter liters litre litres gallon gallons cup cups dollar dollars cent cents euro euros usd "
+    "degree degrees deg units unit sq square cubic points point ways people students items "
+    "apples books marbles cookies pages feet".split()
+)
+"""Unit words a number may carry (after lm-eval-harness's Minerva list): "10 cm" = "10". Single
+letters count as units only inside \text{} ("10\text{ m}"), never bare ("10m" is 10 times m)."""
+_CURRENCY = re.compile(r"^(?:\\\$|\$|€|£|¥|₹|usd\s*|eur\s*|rs\.?\s*)", re.IGNORECASE)
+_UNIT_TEXT = re.compile(r"\\(?:text|textrm|mbox|mathrm)\s*\{\s*([a-zA-Z][a-zA-Z .]*?)\s*\}\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$")
+_UNIT_WORD = re.compile(r"(?<=[\d}.\s])\s*((?:sq\.?\s+|square\s+|cubic\s+)?([a-zA-Z]{2,}\.?))\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$")
+_PERCENT = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\s+percent)\s*$", re.IGNORECASE)
+_SEPARATED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
+_SCALED = re.compile(rf"(?:({_NUMBER})\s*(?:\\times|\\cdot|\*|x)\s*)?10\s*\^\s*(?:\{{\s*([+-]?\d+)\s*\}}|([+-]?\d))")
+_FRACTION = re.compile(rf"\\frac\s*\{{\s*({_NUMBER})\s*\}}\s*\{{\s*({_NUMBER})\s*\}}|({_NUMBER})\s*/\s*({_NUMBER})")
+_MIXED = re.compile(r"(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))")
+_ZERO = r"[+-]?(?:0+(?:\.0*)?|\.0+)"
+_DIVISION_BY_ZERO = re.compile(rf"\\frac\s*\{{\s*[^{{}}]*\}}\s*\{{\s*{_ZERO}\s*\}}|/\s*(?:\(\s*{_ZERO}\s*\)|{_ZERO}(?![\d.]))(?!\s*[\w(\\{{])")
+
+
+class TooLarge:
+    """The value of a quantity whose exponent is above MAX_EXPONENT: equal to nothing."""
+
+    def __repr__(self) -> str:
+        return "TOO_LARGE"
+
+
+TOO_LARGE = TooLarge()
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A plain number read from an answer: its exact value (or TOO_LARGE), whether it was written
+    as a percentage, and its unit word ("" when none)."""
+
+    value: Fraction | TooLarge
+    percent: bool = False
+    unit: str = ""
+
+
+def _unit_key(unit: str) -> str:
+    unit = re.sub(r"\s+", " ", unit.lower().rstrip(". "))
+    return unit[:-1] if len(unit) > 3 and unit.endswith("s") else unit
+
+
+def _strip_unit(text: str) -> tuple[str, str]:
+    match = _UNIT_TEXT.search(text)
+    if match:
+        return text[: match.start()].rstrip(), _unit_key(match.group(1) + (match.group(2) or "").replace(" ", ""))
+    match = _UNIT_WORD.search(text)
+    if match and match.group(2).lower().rstrip(".") in UNIT_WORDS:
+        return text[: match.start()].rstrip(), _unit_key(match.group(1) + (match.group(3) or "").replace(" ", ""))
+    return text, ""
+
+
+def _value(text: str) -> Fraction | None:
+    """A bare number, scaled number or fraction (signs handled by the caller); None if it is not one."""
+    text = text.strip()
+    if _SEPARATED.fullmatch(text):
+        text = text.replace(",", "")
+    if re.fullmatch(_NUMBER, text):
+        return decimal_value(text, MAX_EXPONENT)
+    match = _SCALED.fullmatch(text)
+    if match:
+        exponent = match.group(2) or match.group(3)
+        if len(exponent.lstrip("+-").lstrip("0")) > len(str(MAX_EXPONENT)) or abs(int(exponent)) > MAX_EXPONENT:
+            raise ParseError("exponent too large")
+        mantissa = decimal_value(match.group(1), MAX_EXPONENT) if match.group(1) else Fraction(1)
+        return mantissa * Fraction(10) ** int(exponent)
+    match = _MIXED.fullmatch(text)
+    if match:
+        whole = int(match.group(1))
+        numerator, denominator = int(match.group(2) or match.group(4)), int(match.group(3) or match.group(5))
+        if 0 < numerator < denominator:
+            return whole + Fraction(numerator, denominator)
         return None
+    match = _FRACTION.fullmatch(text)
+    if match:
+        numerator = decimal_value(match.group(1) or match.group(3), MAX_EXPONENT)
+        denominator = decimal_value(match.group(2) or match.group(4), MAX_EXPONENT)
+        if denominator == 0:
+            raise ZeroDivisionError("division by zero")
+        return numerator / denominator
     return None
+
+
+def read_quantity(answer: str) -> Quantity | None:
+    """The answer as a plain quantity, or None when it is not one (then other checks decide).
+
+    Accepted: 1000, -0.5, .5, 1e3, 1.5\\times10^{3}, 10^{-3}, 1,000 and 1{,}000 (groups of three),
+    3/4, \\frac{3}{4}, mixed numbers 2\\frac{1}{2} and 2 1/2 (proper fraction only), a leading
+    currency sign (\\$5, $5, €5), a trailing percent sign (25\\%) and a trailing unit (10 cm,
+    10\\text{ cm}, 5 dollars). A literal beyond 10^MAX_EXPONENT gives value TOO_LARGE. Division
+    by zero raises ZeroDivisionError (malformed). No text is ever evaluated.
+    """
+    text = strip_latex_decorations(answer, keep_percent=True)
+    text = text.replace("{,}", ",").replace("\\,", "").replace("\\!", "")
+    percent = bool(_PERCENT.search(text))
+    if percent:
+        text = _PERCENT.sub("", text)
+    text, unit = _strip_unit(text)
+    text = text.strip()
+    sign = 1
+    if text[:1] in ("-", "+", "−"):
+        sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
+    text = _CURRENCY.sub("", text).strip()
+    if text[:1] in ("-", "+", "−") and sign == 1:
+        sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
+    if text.startswith("{") and text.endswith("}") and text.count("{") == 1:
+        text = text[1:-1].strip()
+    try:
+        value = _value(text)
+    except ParseError:
+        return Quantity(TOO_LARGE, percent, unit)
+    if value is None:
+        return None
+    return Quantity(sign * value, percent, unit)
+
+
+def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
+    """Exact equality of two quantities, with two rules a careful human applies:
+
+    - units: when both name a unit, the units must match ("10 cm" != "10 m"); a unit on one side
+      only is ignored ("10 cm" = "10");
+    - percent: when exactly one side is a percentage x%, the other may be written x or x/100
+      ("25\\%" = "25" = "0.25"); two percentages compare as written ("25\\%" != "0.25\\%").
+    A TOO_LARGE value equals nothing.
+    """
+    if isinstance(prediction.value, TooLarge) or isinstance(gold.value, TooLarge):
+        return False
+    if prediction.unit and gold.unit and prediction.unit != gold.unit:
+        return False
+    if prediction.value == gold.value:
+        return True
+    if prediction.percent != gold.percent:
+        percent, other = (prediction, gold) if prediction.percent else (gold, prediction)
+        return other.value == percent.value / 100
+    return False
+
+
+def parse_plain_number(text: str) -> Fraction | None:
+    """'1,000', '-0.5', '3/4', '\\frac{3}{4}', '1e3' as an exact Fraction; None for anything else,
+    for a division by zero and for a value over the exponent bound."""
+    try:
+        quantity = read_quantity(text)
+    except ZeroDivisionError:
+        return None
+    if quantity is None or isinstance(quantity.value, TooLarge) or quantity.percent or quantity.unit:
+        return None
+    return quantity.value
+
+
+def is_malformed(answer: str) -> bool:
+    """A division by zero (1/0, \\frac{2}{0}, 3/0.0): such an answer equals nothing, not even itself."""
+    return bool(_DIVISION_BY_ZERO.search(strip_latex_decorations(answer)))
 
 
 def symbolically_equal(prediction: str, gold: str) -> bool:
@@ -82,19 +237,25 @@ def symbolically_equal(prediction: str, gold: str) -> bool:
 
 
 def math_answers_equal(prediction: str | None, gold: str, symbolic: bool = True) -> bool:
-    """True when the predicted answer equals the gold answer: as a normalised string, as an exact
-    number, or (symbolic=True) symbolically in a sandboxed process. Never executes the prediction."""
+    """True when the predicted answer equals the gold answer: as a plain quantity (exactly, see
+    `quantities_equal`), as a normalised string, or (symbolic=True) symbolically in a sandboxed
+    process. Never executes the prediction; a malformed answer (division by zero) is never equal."""
     if prediction is None or gold is None:
         return False
     prediction, gold = str(prediction), str(gold)
     if len(prediction) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return False
     pred, target = normalize_math_answer(prediction), normalize_math_answer(gold)
-    if not pred:
+    if not pred or is_malformed(prediction) or is_malformed(gold):
         return False
+    try:
+        pred_quantity, target_quantity = read_quantity(prediction), read_quantity(gold)
+    except ZeroDivisionError:
+        return False
+    if pred_quantity is not None and target_quantity is not None:
+        if isinstance(pred_quantity.value, TooLarge) or isinstance(target_quantity.value, TooLarge):
+            return pred == target
+        return quantities_equal(pred_quantity, target_quantity)
     if pred == target:
         return True
-    pred_number, target_number = parse_plain_number(pred), parse_plain_number(target)
-    if pred_number is not None and target_number is not None:
-        return pred_number == target_number
     return symbolic and symbolically_equal(prediction, gold)

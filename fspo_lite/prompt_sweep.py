@@ -1,4 +1,4 @@
-"""System-prompt sweep (ALGORITHMS section 3): how the system prompt moves the trade-off between
+"""System-prompt sweep (docs/algorithms.md section 3.5): how the system prompt moves the trade-off between
 answering correctly and declining ("Unknown").
 
 Each prompt is evaluated on the same questions with k sampled answers per question; every answer
@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .data import portable_spec
 from .probing import QuestionCache, base_engine, probe, probe_settings, training_questions
 
 FORMAT = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
@@ -94,7 +95,7 @@ def run_sweep(config, prompts: dict[str, str], samples: int = 4, data: str | Non
     results = []
     for name, prompt in prompts.items():
         data_config = dataclasses.replace(config.data, system_prompt=prompt)
-        settings = {**probe_settings(config, samples, prompt), "train": data or config.data.train}
+        settings = {**probe_settings(config, samples, prompt), "train": portable_spec(data or config.data.train)}
         cache = QuestionCache(Path(cache_dir) / f"{_slug(name)}.json", "prompt-sweep", settings)
         if engine is None and any(e.id not in cache.questions for e in examples):
             engine, tokenizer = base_engine(config, progress)

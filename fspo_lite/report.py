@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from .evaluation.metrics import DECOMPOSITION
+from .evaluation.metrics import DECOMPOSITION, decomposition_class
 from .metrics import read_metrics
 
 QA_METRICS = {"accuracy": "correct", "answer_f1": "f1", "not_attempted": "not_attempted", "format_rate": "format_rate",
@@ -96,7 +96,7 @@ def training_diagnostics(training: pd.DataFrame, order: Sequence[str] | None = N
 
 
 def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.DataFrame | None = None,
-                     settings: dict | None = None) -> str:
+                     settings: dict | None = None, title: str = "Lite reproduction: held-out results") -> str:
     """The results table (mean over seeds +- half the spread), the goal line and the training diagnostics."""
     def cell(method, metric, percent=True):
         value = table.loc[method, metric]
@@ -105,7 +105,7 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
         text = f"{value * scale:.1f}"
         return text + (f" ± {spread * scale / 2:.1f}" if table.loc[method, "seeds"] > 1 else "")
 
-    lines = ["# Lite reproduction: held-out results", ""]
+    lines = [f"# {title}", ""]
     if settings:
         lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
     headers = {"accuracy": "accuracy %", "answer_f1": "answer F1 %", "not_attempted": "not attempted %",
@@ -237,3 +237,487 @@ def plot_flip(record: dict, path: str | Path | None = None):
                  fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
+
+
+# ---- the study's statistics (docs/statistics.md) -----------------------------------------------
+LENGTH_STRATA = 5
+"""Matched-length strata: responses with 1, 2, 3, 4 and 5 or more reasoning sentences."""
+PERCENT_METRICS = ("accuracy", "incorrect", "not_attempted", "answer_f1", "format_rate", "truthfulqa_mc1",
+                   "truthfulqa_mc2", "halueval_accuracy")
+"""Shares shown in percent (the decomposition classes are percentages already, the rest are counts)."""
+CAUTION_GOAL = {"relative_drop": 0.30, "correct_points": 2.0}
+"""The seed slides' goal for the caution reward: All-Attempt-and-Wrong down >= 30% relative to GRPO with correct
+answers down by at most 2 points."""
+
+
+def _runs(runs_dir: str | Path):
+    """(run name, heldout.json record, eval/records.jsonl rows) of every evaluated run, sorted by name."""
+    for path in sorted(Path(runs_dir).glob("*/heldout.json")):
+        records_path = path.parent / "eval" / "records.jsonl"
+        if not records_path.exists():
+            continue
+        info = json.loads(path.read_text())
+        rows = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+        yield path.parent.name, info, rows
+
+
+def judge_labels(record: dict, default_judge: str) -> dict[str, list[int]]:
+    """A short-QA record's sentence labels per judge (records written before the harness kept several judges
+    hold only `sentence_labels`, the main judge's)."""
+    return record.get("sentence_labels_by_judge") or {default_judge: record.get("sentence_labels") or []}
+
+
+def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
+    """One row per held-out short-QA response of every run: method, seed, question, grades, length (reasoning
+    sentences, generated tokens, near-duplicate sentences) and per judge j the counts supported@j, unsupported@j,
+    checkable@j of its reasoning sentences."""
+    rows = []
+    for run, info, records in _runs(runs_dir):
+        for r in records:
+            if r.get("benchmark") != qa:
+                continue
+            row = {"run": run, "method": info["method"], "seed": info.get("seed"), "question": r["id"],
+                   "sample": r.get("sample", 0), "grade": r["grade"], "correct": float(r["grade"] == "CORRECT"),
+                   "incorrect": float(r["grade"] == "INCORRECT"), "not_attempted": float(r["grade"] == "NOT_ATTEMPTED"),
+                   "answer_f1": float(r.get("f1", math.nan)), "format_rate": float(bool(r.get("format_ok"))),
+                   "sentences": len(r.get("sentence_spans") or r.get("sentence_labels") or []),
+                   "response_tokens": r.get("response_tokens"), "near_duplicates": r.get("near_duplicate_sentences")}
+            for judge, labels in judge_labels(r, info.get("judge", "judge")).items():
+                row[f"supported@{judge}"] = sum(1 for x in labels if x > 0)
+                row[f"unsupported@{judge}"] = sum(1 for x in labels if x < 0)
+                row[f"checkable@{judge}"] = sum(1 for x in labels if x != 0)
+            rows.append(row)
+    if not rows:
+        raise FileNotFoundError(f"no {qa} records under {runs_dir}/*/eval/records.jsonl: run notebook 03 first")
+    frame = pd.DataFrame(rows)
+    frame["seed"] = frame["seed"].fillna(-1).astype(int)
+    for column in ("response_tokens", "near_duplicates"):
+        frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame
+
+
+def judges_of(responses: pd.DataFrame) -> list[str]:
+    """The judges whose labels the responses carry, in the order the harness wrote them (main judge first)."""
+    return [c.split("@", 1)[1] for c in responses.columns if c.startswith("checkable@")]
+
+
+def metric_cells(responses: pd.DataFrame, runs_dir: str | Path | None = None) -> pd.DataFrame:
+    """Every metric as numerator and denominator per (method, seed, question) cell (the form fspo_lite.stats
+    resamples): shares of answers, per-response means, step hallucination per judge (unsupported / checkable),
+    the decomposition classes (100 x [question in class] / 1) and, from runs_dir, TruthfulQA MC and HaluEval."""
+    keys = ["method", "seed", "question"]
+    grouped = responses.groupby(keys, sort=False)
+    sums = grouped.sum(numeric_only=True)
+    count = grouped.size()
+    specs = {name: (name, None) for name in ("correct", "incorrect", "not_attempted", "answer_f1", "format_rate")}
+    specs["accuracy"] = specs.pop("correct")
+    specs.update({"sentences_per_response": ("sentences", None), "response_tokens": ("response_tokens", "tokens"),
+                  "near_duplicates_per_response": ("near_duplicates", "near")})
+    for judge in judges_of(responses):
+        specs[f"step_hallucination@{judge}"] = (f"unsupported@{judge}", f"checkable@{judge}")
+        specs[f"judge_coverage@{judge}"] = (f"checkable@{judge}", "sentences")
+        for kind in ("supported", "unsupported", "checkable"):
+            specs[f"{kind}_per_response@{judge}"] = (f"{kind}@{judge}", None)
+    frames = []
+    for metric, (num, den) in specs.items():
+        if den in ("tokens", "near"):
+            column = num
+            den_values = responses[column].notna().groupby([responses[k] for k in keys], sort=False).sum()
+        else:
+            den_values = count if den is None else sums[den]
+        frames.append(pd.DataFrame({"metric": metric, "num": sums[num].fillna(0.0), "den": den_values}).reset_index())
+    classes = responses.groupby(keys, sort=False)["grade"].apply(lambda g: decomposition_class(list(g)))
+    for name in DECOMPOSITION:
+        frames.append(pd.DataFrame({"metric": name, "num": 100.0 * (classes == name), "den": 1.0}).reset_index())
+    if runs_dir is not None:
+        frames.append(other_benchmark_cells(runs_dir))
+    return pd.concat(frames, ignore_index=True)[["metric", *keys, "num", "den"]]
+
+
+def other_benchmark_cells(runs_dir: str | Path) -> pd.DataFrame:
+    """TruthfulQA MC1/MC2 and HaluEval accuracy per (method, seed, item) from the runs' records."""
+    rows = []
+    for _, info, records in _runs(runs_dir):
+        seed = -1 if info.get("seed") is None else int(info["seed"])
+        for r in records:
+            base = {"method": info["method"], "seed": seed, "question": r["id"], "den": 1.0}
+            if r.get("benchmark") == "truthfulqa_mc":
+                rows += [{**base, "metric": "truthfulqa_mc1", "num": float(r["mc1"])},
+                         {**base, "metric": "truthfulqa_mc2", "num": float(r["mc2"])}]
+            elif r.get("benchmark") == "halueval":
+                rows.append({**base, "metric": "halueval_accuracy", "num": float(r["grade"] == "CORRECT")})
+    return pd.DataFrame(rows, columns=["metric", "method", "seed", "question", "num", "den"])
+
+
+def _arrays(cells: pd.DataFrame, method: str, questions: list) -> tuple:
+    """(num, den) arrays (seeds x questions) of one metric's cells for one method, 0/0 where a cell is missing."""
+    sub = cells[cells["method"] == method]
+    num = sub.pivot_table(index="seed", columns="question", values="num", aggfunc="sum").reindex(columns=questions)
+    den = sub.pivot_table(index="seed", columns="question", values="den", aggfunc="sum").reindex(columns=questions)
+    return num.fillna(0.0).to_numpy(), den.fillna(0.0).to_numpy()
+
+
+def _rng(seed: int, name: str):
+    import zlib
+
+    import numpy as np
+
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def study_statistics(cells: pd.DataFrame, order: Sequence[str] | None = None, baseline: str = "grpo",
+                     n_resamples: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, pd.DataFrame]:
+    """Per method and metric the mean over seeds with its bootstrap interval ("methods"), and every trained
+    method's paired difference to `baseline` on the same questions ("differences"; the base model is left out).
+    Each metric draws from its own generator seeded by (seed, metric name)."""
+    from . import stats
+
+    methods = [m for m in (order or []) if m in set(cells["method"])]
+    methods += [m for m in cells["method"].unique() if m not in methods]
+    rows, diffs = [], []
+    for metric, sub in cells.groupby("metric", sort=False):
+        questions = sorted(sub["question"].unique())
+        arrays = {m: _arrays(sub, m, questions) for m in methods if (sub["method"] == m).any()}
+        rng = _rng(seed, metric)
+        for method, (num, den) in arrays.items():
+            rows.append({"metric": metric, "method": method,
+                         **stats.bootstrap_mean(num, den, n_resamples, rng, level)})
+        if baseline in arrays:
+            for method, (num, den) in arrays.items():
+                if method in (baseline, "base"):
+                    continue
+                result = stats.paired_difference(num, den, *arrays[baseline], n_resamples, rng, level, relative=True)
+                diffs.append({"metric": metric, "method": method, "baseline": baseline, **result})
+    return {"methods": pd.DataFrame(rows), "differences": pd.DataFrame(diffs)}
+
+
+def length_stratum(sentences: int, strata: int = LENGTH_STRATA) -> int:
+    """Stratum index of a response with this many reasoning sentences: 0 for 1 sentence ... strata - 1 for
+    `strata` or more (responses without reasoning sentences carry no judged sentence and are in no stratum)."""
+    return min(int(sentences), strata) - 1
+
+
+def matched_length(responses: pd.DataFrame, baseline: str = "grpo", strata: int = LENGTH_STRATA,
+                   n_resamples: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Step hallucination per judge, method vs baseline, at matched length: responses are stratified by their
+    number of reasoning sentences (1, 2, ..., `strata` or more); within a stratum each method's rate is
+    unsupported / checkable; both are standardized to the same weights, the share of the two methods' responses
+    with a checkable sentence in each stratum (fspo_lite.stats.matched_difference)."""
+    import numpy as np
+
+    from . import stats
+
+    frame = responses[responses["sentences"] > 0].copy()
+    frame["stratum"] = frame["sentences"].map(lambda n: length_stratum(n, strata))
+    rows = []
+    for judge in judges_of(frame):
+        rng = _rng(seed, f"matched@{judge}")
+        questions = sorted(frame["question"].unique())
+        for method in [m for m in frame["method"].unique() if m not in (baseline, "base")]:
+            pair = frame[frame["method"].isin([method, baseline]) & (frame[f"checkable@{judge}"] > 0)]
+            if pair.empty or not (pair["method"] == baseline).any() or not (pair["method"] == method).any():
+                continue
+            weights = np.bincount(pair["stratum"], minlength=strata).astype(float)
+            weights /= weights.sum()
+            arrays = []
+            for m in (method, baseline):
+                sub = pair[pair["method"] == m]
+                seeds = sorted(sub["seed"].unique())
+                shape = (len(seeds), len(questions), strata)
+                num, den = np.zeros(shape), np.zeros(shape)
+                s_index, q_index = {s: i for i, s in enumerate(seeds)}, {q: i for i, q in enumerate(questions)}
+                columns = [f"unsupported@{judge}", f"checkable@{judge}"]
+                sums = sub.groupby(["seed", "question", "stratum"])[columns].sum()
+                for (s, q, k), (unsupported, checkable) in sums.iterrows():
+                    num[s_index[s], q_index[q], k], den[s_index[s], q_index[q], k] = unsupported, checkable
+                arrays += [num, den]
+            result = stats.matched_difference(*arrays, weights, n_resamples, rng, level)
+            rows.append({"judge": judge, "method": method, "baseline": baseline, **result,
+                         "weights": [round(float(w), 3) for w in weights]})
+    return pd.DataFrame(rows)
+
+
+def caution_goal(differences: pd.DataFrame, relative_drop: float = CAUTION_GOAL["relative_drop"],
+                 correct_points: float = CAUTION_GOAL["correct_points"]) -> pd.DataFrame:
+    """The slides' goal per method against the baseline: all_attempt_wrong down by >= relative_drop (relative)
+    with correct answers down by at most correct_points points. `met` reads the point estimates; `holds` asks
+    the intervals: the whole relative-change interval at or below -relative_drop and the whole correct-answer
+    interval above -correct_points."""
+    rows = []
+    for method in differences["method"].unique():
+        d = differences[differences["method"] == method].set_index("metric")
+        if not {"all_attempt_wrong", "accuracy"} <= set(d.index):
+            continue
+        aaw, acc = d.loc["all_attempt_wrong"], d.loc["accuracy"]
+        row = {"method": method, "baseline": aaw["baseline"], "aaw_method": aaw["a"], "aaw_baseline": aaw["b"],
+               "aaw_relative": aaw["relative"], "aaw_relative_low": aaw["relative_low"],
+               "aaw_relative_high": aaw["relative_high"], "correct_points": 100 * acc["diff"],
+               "correct_points_low": 100 * acc["low"], "correct_points_high": 100 * acc["high"]}
+        if "not_attempted" in d.index:
+            na = d.loc["not_attempted"]
+            row.update({"not_attempted_points": 100 * na["diff"], "not_attempted_points_low": 100 * na["low"],
+                        "not_attempted_points_high": 100 * na["high"]})
+        row["met"] = bool(row["aaw_relative"] <= -relative_drop and row["correct_points"] >= -correct_points)
+        row["holds"] = bool(row["aaw_relative_high"] <= -relative_drop and row["correct_points_low"] >= -correct_points)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _is_share(metric: str) -> bool:
+    return metric in PERCENT_METRICS or metric.startswith(("step_hallucination@", "judge_coverage@"))
+
+
+def _scale(metric: str) -> float:
+    return 100.0 if _is_share(metric) else 1.0
+
+
+def _digits(metric: str) -> int:
+    return 1 if _is_share(metric) or metric in DECOMPOSITION else 2
+
+
+def metric_order(metrics: Sequence[str], judges: Sequence[str]) -> list[str]:
+    """The report's row order: answers, decomposition, each judge's rates and counts, length, other benchmarks."""
+    wanted = ["accuracy", "incorrect", "not_attempted", "answer_f1", "format_rate", *DECOMPOSITION]
+    for judge in judges:
+        wanted += [f"step_hallucination@{judge}", f"supported_per_response@{judge}",
+                   f"unsupported_per_response@{judge}", f"checkable_per_response@{judge}", f"judge_coverage@{judge}"]
+    wanted += ["sentences_per_response", "response_tokens", "near_duplicates_per_response", *OTHER_METRICS]
+    return [m for m in wanted if m in set(metrics)] + sorted(m for m in set(metrics) if m not in wanted)
+
+
+def format_interval(metric: str, mean: float, low: float, high: float, signed: bool = False) -> str:
+    """'12.3 [8.1, 16.0]' in the metric's unit (percent / points for shares)."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "n/a"
+    scale, digits = _scale(metric), _digits(metric)
+    sign = "+" if signed else ""
+    text = f"{mean * scale:{sign}.{digits}f}"
+    if not (math.isnan(low) or math.isnan(high)):
+        text += f" [{low * scale:{sign}.{digits}f}, {high * scale:{sign}.{digits}f}]"
+    return text
+
+
+def _excludes_zero(row) -> bool:
+    return not (math.isnan(row["low"]) or math.isnan(row["high"])) and (row["low"] > 0 or row["high"] < 0)
+
+
+def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFrame | None, judges: Sequence[str],
+                   order: Sequence[str], settings: dict | None = None, n_resamples: int = 2000,
+                   level: float = 0.95, title: str = "Study: held-out results with intervals") -> str:
+    """The study summary: per method mean [interval]; paired differences to the baseline; step hallucination per
+    judge; supported and unsupported sentences per response (the say-less check); the matched-length comparison;
+    the caution goal. Shares are in percent, their differences in percentage points."""
+    methods_table, differences = tables["methods"], tables["differences"]
+    methods = [m for m in order if m in set(methods_table["method"])]
+    methods += [m for m in methods_table["method"].unique() if m not in methods]
+    trained = [m for m in methods if m in set(differences["method"])] if len(differences) else []
+    baseline = differences["baseline"].iloc[0] if len(differences) else None
+    rows = metric_order(methods_table["metric"].unique(), judges)
+    cell = methods_table.set_index(["metric", "method"])
+    diff = differences.set_index(["metric", "method"]) if len(differences) else None
+    pct = f"{level:.0%}"
+
+    lines = [f"# {title}", ""]
+    if settings:
+        lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
+    seeds = {m: int(cell.loc[(rows[0], m), "seeds"]) for m in methods if (rows[0], m) in cell.index}
+    questions = int(methods_table[methods_table["metric"] == rows[0]]["questions"].max())
+    lines += [f"Every number is the mean over seeds with its {pct} interval: a percentile bootstrap ({n_resamples} "
+              "resamples) over held-out questions, resampled as clusters (all samples and sentences of a question "
+              "together), and over seeds within each method (docs/statistics.md). Shares are in %, differences of "
+              "shares in percentage points; per-response numbers are counts. Seeds: "
+              + ", ".join(f"{m} {n}" for m, n in seeds.items()) + f"; questions: {questions}.", ""]
+
+    lines += [f"## Per method: mean over seeds [{pct} interval]", "",
+              "| metric | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for metric in rows:
+        values = [format_interval(metric, *cell.loc[(metric, m), ["mean", "low", "high"]])
+                  if (metric, m) in cell.index else "" for m in methods]
+        lines.append(f"| {metric} | " + " | ".join(values) + " |")
+
+    if trained:
+        lines += ["", f"## Paired differences: method - {baseline} on the same questions [{pct} interval]", "",
+                  "Bold: the interval excludes 0.", "",
+                  "| metric | " + " | ".join(f"{m} - {baseline}" for m in trained) + " |",
+                  "|---|" + "---|" * len(trained)]
+        for metric in rows:
+            values = []
+            for m in trained:
+                if (metric, m) not in diff.index:
+                    values.append("")
+                    continue
+                d = diff.loc[(metric, m)]
+                text = format_interval(metric, d["diff"], d["low"], d["high"], signed=True)
+                values.append(f"**{text}**" if _excludes_zero(d) else text)
+            lines.append(f"| {metric} | " + " | ".join(values) + " |")
+
+    lines += ["", f"## Step hallucination by judge (% of checkable reasoning sentences unsupported) [{pct} interval]",
+              "", "Each judge reported separately; the first is the main held-out judge.", "",
+              "| judge | " + " | ".join(methods) + "".join(f" | {m} - {baseline}" for m in trained) + " |",
+              "|---|" + "---|" * (len(methods) + len(trained))]
+    for judge in judges:
+        metric = f"step_hallucination@{judge}"
+        values = [format_interval(metric, *cell.loc[(metric, m), ["mean", "low", "high"]])
+                  if (metric, m) in cell.index else "" for m in methods]
+        values += [format_interval(metric, *diff.loc[(metric, m), ["diff", "low", "high"]], signed=True)
+                   if diff is not None and (metric, m) in diff.index else "" for m in trained]
+        lines.append(f"| {judge} | " + " | ".join(values) + " |")
+
+    if trained and judges:
+        lines += ["", "## Saying less is not success", "",
+                  "Supported and unsupported reasoning sentences per response are reported separately above. "
+                  f"The say-less check: each method's change in *supported* sentences per response against "
+                  f"{baseline}; a lower hallucination rate bought with fewer supported sentences is not a gain in "
+                  "factuality.", ""]
+        for judge in judges:
+            for m in trained:
+                for kind in ("supported", "unsupported"):
+                    metric = f"{kind}_per_response@{judge}"
+                    if (metric, m) not in diff.index:
+                        continue
+                    d = diff.loc[(metric, m)]
+                    verdict = ("fewer" if d["high"] < 0 else "more" if d["low"] > 0 else
+                               "no difference the interval can resolve")
+                    lines.append(f"- {judge}, {m} - {baseline}: {kind} sentences per response "
+                                 f"{format_interval(metric, d['diff'], d['low'], d['high'], signed=True)}: {verdict}.")
+    if matched is not None and len(matched):
+        lines += ["", "## Step hallucination at matched length", "",
+                  f"Responses stratified by their number of reasoning sentences (1, 2, 3, 4, {LENGTH_STRATA}+); "
+                  "within a stratum each method's unsupported share of checkable sentences; both methods weighted "
+                  "by the same stratum weights (the pooled share of their responses with a checkable sentence in "
+                  "each stratum; strata that only one method reaches left out). Points, method - "
+                  f"{baseline} [{pct} interval].", "",
+                  "| judge | method | raw difference | matched difference | strata used | weights (1..5+ sentences) |",
+                  "|---|---|---|---|---|---|"]
+        for row in matched.itertuples(index=False):
+            metric = f"step_hallucination@{row.judge}"
+            raw = diff.loc[(metric, row.method)] if diff is not None and (metric, row.method) in diff.index else None
+            raw_text = ("" if raw is None else
+                        format_interval(metric, raw["diff"], raw["low"], raw["high"], signed=True))
+            lines.append(f"| {row.judge} | {row.method} | {raw_text} | "
+                         f"{format_interval(metric, row.diff, row.low, row.high, signed=True)} | {row.strata} | "
+                         f"{', '.join(f'{w:.2f}' for w in row.weights)} |")
+    if goal is not None and len(goal):
+        lines += ["", "## The caution goal", "",
+                  f"The seed slides' goal: All-Attempt-and-Wrong (every one of a question's answers attempted and "
+                  f"wrong) down >= {CAUTION_GOAL['relative_drop']:.0%} relative to {baseline}, with correct answers "
+                  f"down by at most {CAUTION_GOAL['correct_points']:g} points. *met*: the point estimates satisfy it; "
+                  "*holds*: the whole intervals do.", "",
+                  "| method | all-attempt-wrong % (method / baseline) | relative change | correct (points) | "
+                  "not attempted (points) | met | holds |", "|---|---|---|---|---|---|---|"]
+        for row in goal.to_dict(orient="records"):
+            na = (f"{row['not_attempted_points']:+.1f} [{row['not_attempted_points_low']:+.1f}, "
+                  f"{row['not_attempted_points_high']:+.1f}]") if "not_attempted_points" in row else ""
+            lines.append(f"| {row['method']} | {row['aaw_method']:.1f} / {row['aaw_baseline']:.1f} | "
+                         f"{row['aaw_relative']:+.1%} [{row['aaw_relative_low']:+.1%}, "
+                         f"{row['aaw_relative_high']:+.1%}] | "
+                         f"{row['correct_points']:+.1f} [{row['correct_points_low']:+.1f}, "
+                         f"{row['correct_points_high']:+.1f}] | {na} | {'yes' if row['met'] else 'no'} | "
+                         f"{'yes' if row['holds'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | Path | None = None,
+                title: str = ""):
+    """Forest plot: every (metric, method) paired difference to the baseline with its interval, shares in
+    percentage points, counts per response in their unit (two panels when both kinds are present)."""
+    plt = _pyplot()
+    metrics = [m for m in metrics if m in set(differences["metric"])]
+    groups = [g for g in ([m for m in metrics if _is_share(m) or m in DECOMPOSITION],
+                          [m for m in metrics if not (_is_share(m) or m in DECOMPOSITION)]) if g]
+    methods = list(differences["method"].unique())
+    height = max(2.5, 0.32 * max(len(g) for g in groups) * len(methods) + 1)
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), height), squeeze=False)
+    for ax, group, unit in zip(axes[0], groups, ("percentage points", "per response") if len(groups) == 2 else
+                               (("percentage points",) if _is_share(groups[0][0]) or groups[0][0] in DECOMPOSITION
+                                else ("per response",))):
+        labels, position = [], 0
+        for metric in group:
+            for k, method in enumerate(methods):
+                row = differences[(differences["metric"] == metric) & (differences["method"] == method)]
+                if row.empty:
+                    continue
+                row = row.iloc[0]
+                scale = _scale(metric)
+                ax.errorbar(row["diff"] * scale, -position, xerr=[[(row["diff"] - row["low"]) * scale],
+                                                                  [(row["high"] - row["diff"]) * scale]],
+                            fmt="o", color=f"C{k}", capsize=3, label=method if metric == group[0] else None)
+                labels.append(f"{metric} ({method})")
+                position += 1
+        ax.axvline(0, color="black", linewidth=0.6)
+        ax.set_yticks([-i for i in range(len(labels))])
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_xlabel(f"difference to {differences['baseline'].iloc[0]} ({unit})")
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | Path | None = None,
+                order: Sequence[str] | None = None):
+    """Step hallucination per judge and method (mean over seeds with its interval), one group of bars per judge."""
+    plt = _pyplot()
+    methods = [m for m in (order or methods_table["method"].unique()) if m in set(methods_table["method"])]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(judges), 4))
+    width = 0.8 / max(len(methods), 1)
+    for k, method in enumerate(methods):
+        for j, judge in enumerate(judges):
+            row = methods_table[(methods_table["metric"] == f"step_hallucination@{judge}")
+                                & (methods_table["method"] == method)]
+            if row.empty or math.isnan(row.iloc[0]["mean"]):
+                continue
+            r = row.iloc[0]
+            low, high = (0.0, 0.0) if math.isnan(r["low"]) else (r["mean"] - r["low"], r["high"] - r["mean"])
+            ax.bar(j + k * width, 100 * r["mean"], width, color=f"C{k}", label=method if j == 0 else None,
+                   yerr=[[100 * low], [100 * high]], capsize=3)
+    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(judges))])
+    ax.set_xticklabels(judges)
+    ax.set_ylabel("step hallucination (% of checkable sentences)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str | Path, prefix: str,
+                 order: Sequence[str], baseline: str = "grpo", n_resamples: int = 2000, seed: int = 0,
+                 level: float = 0.95, settings: dict | None = None, title: str | None = None,
+                 write_markdown: bool = True) -> dict:
+    """Everything above from a runs folder: the tables, <results_dir>/summary.md (when write_markdown) and
+    summary.json's "statistics" part (returned), <figures_dir>/<prefix>paired_differences.png and
+    <prefix>step_hallucination_by_judge.png."""
+    responses = load_responses(runs_dir)
+    judges = judges_of(responses)
+    cells = metric_cells(responses, runs_dir)
+    tables = study_statistics(cells, order, baseline, n_resamples, seed, level)
+    matched = matched_length(responses, baseline, n_resamples=n_resamples, seed=seed, level=level)
+    goal = caution_goal(tables["differences"]) if len(tables["differences"]) else pd.DataFrame()
+    text = study_markdown(tables, matched, goal, judges, order, settings, n_resamples, level,
+                          **({"title": title} if title else {}))
+    figures = {}
+    if len(tables["differences"]):
+        main = judges[0] if judges else None
+        forest = ["accuracy", "not_attempted", "all_attempt_wrong",
+                  *[f"step_hallucination@{j}" for j in judges],
+                  *([f"supported_per_response@{main}", f"unsupported_per_response@{main}",
+                     "sentences_per_response", "near_duplicates_per_response"] if main else [])]
+        shown = tables["differences"]
+        if len(matched):  # the matched-length comparisons as rows of their own
+            extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
+            columns = ["metric", "method", "baseline", "diff", "low", "high"]
+            shown = pd.concat([shown, extra[columns]], ignore_index=True)
+            forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
+        figures["paired_differences"] = str(Path(figures_dir) / f"{prefix}paired_differences.png")
+        plot_forest(shown, forest, figures["paired_differences"])
+    if judges:
+        figures["step_hallucination_by_judge"] = str(Path(figures_dir) / f"{prefix}step_hallucination_by_judge.png")
+        plot_judges(tables["methods"], judges, figures["step_hallucination_by_judge"], order)
+    if write_markdown:
+        Path(results_dir).mkdir(parents=True, exist_ok=True)
+        (Path(results_dir) / "summary.md").write_text(text)
+    return {"markdown": text, "judges": judges, "n_resamples": n_resamples, "seed": seed, "level": level,
+            "methods": json.loads(tables["methods"].to_json(orient="records")),
+            "differences": json.loads(tables["differences"].to_json(orient="records")),
+            "matched_length": json.loads(matched.to_json(orient="records")),
+            "caution_goal": json.loads(goal.to_json(orient="records")), "figures": figures}

@@ -19,6 +19,7 @@ from .align import spans_to_token_values, token_char_offsets
 from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
 from .grading import math_answers_equal
+from .methods.detail import detail_bonus, detail_counts
 from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
 from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
 from .methods import rlfh
@@ -299,6 +300,28 @@ def _klcf_rewards(examples, texts, outcomes, config, verifier, judges):
     return torch.tensor(rewards, dtype=torch.float32), details, metrics
 
 
+def _detail_rewards(texts, verdicts, outcomes, detail):
+    """The detail term of each response (methods.detail; 0 for malformed ones) and the per-response sentence
+    counts it rests on. `detail` is config.detail."""
+    counts = [detail_counts([text[a:b] for a, b in v.spans], v.labels, detail.duplicate_threshold)
+              for text, v in zip(texts, verdicts)]
+    bonuses = [detail_bonus(c, detail.weight, detail.cap, detail.precision_weight) if o.format_ok else 0.0
+               for c, o in zip(counts, outcomes)]
+    return torch.tensor(bonuses, dtype=torch.float32), counts
+
+
+def sentence_count_metrics(verdicts: list[SentenceVerdicts], duplicates: list[int]) -> dict[str, float]:
+    """Per-response means of supported, unsupported and checkable reasoning sentences and of near-duplicates:
+    a method that lowers the unsupported share by writing less shows it here."""
+    n = max(len(verdicts), 1)
+    return {
+        "supported_per_response": sum(v.labels.count(1) for v in verdicts) / n,
+        "unsupported_per_response": sum(v.labels.count(-1) for v in verdicts) / n,
+        "checkable_per_response": sum(sum(1 for x in v.labels if x != 0) for v in verdicts) / n,
+        "duplicate_sentences_per_response": sum(duplicates) / n,
+    }
+
+
 def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifier: Verifier | None, step: int = 0,
                    judges: Judges | None = None) -> ScoredRollouts:
     """Grade every response of a rollout under config.reward.method.
@@ -326,12 +349,23 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
             examples, views, outcomes, rollout.completion_mask, config, verifier, judges)
     elif spec.source == "klcf":
         rewards, details, method_metrics = _klcf_rewards(examples, texts, outcomes, config, verifier, judges)
-    verify = verifier is not None and (spec.flip or config.reward.log_step_factuality)
+    detail_on = bool(config.detail.weight or config.detail.precision_weight)
+    if detail_on and verifier is None:
+        raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")
+    verify = verifier is not None and (spec.flip or config.reward.log_step_factuality or detail_on)
     verdicts = (
         verify_sentences(examples, texts, verifier, config.verifier.threshold) if verify
         else [SentenceVerdicts() for _ in texts]
     )
     scores = step_scores(verdicts)
+    bonuses, counts = _detail_rewards(texts, verdicts, outcomes, config.detail)
+    if detail_on:
+        rewards = rewards + bonuses
+        if token_rewards is not None:  # token rewards (RLFH): the term sits on the final token, like the outcome
+            last = (rollout.completion_mask.sum(dim=1) - 1).clamp(min=0)
+            token_rewards[torch.arange(len(texts)), last] += bonuses * (rollout.completion_mask.sum(dim=1) > 0)
+        for item, bonus, count in zip(details, bonuses.tolist(), counts):
+            item.update(detail_bonus=bonus, supported_distinct=count.supported_distinct)
     if spec.flip and config.reward.step_reward_lambda:
         rewards = rewards + config.reward.step_reward_lambda * torch.tensor(scores)
     mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if spec.flip else None
@@ -346,6 +380,8 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
         "step_factuality": factuality,
         "verified_sentences": verified,
         "step_score_mean": sum(scores) / len(scores),
+        **sentence_count_metrics(verdicts, [c.duplicates for c in counts]),
+        **({"detail_bonus_mean": bonuses.mean().item()} if detail_on else {}),
         **method_metrics,
     }
     return ScoredRollouts(rewards, mask, outcomes, verdicts, views, metrics, token_rewards, details)

@@ -15,7 +15,10 @@ import torch
 from tqdm.auto import tqdm
 
 from .models import merged_lora_weights
-from .shared_prompts import distinct_prompts, shared_prompt_pass
+from .shared_prompts import common_prefix_length, distinct_prompts, shared_prefix_prefill, shared_prompt_pass
+
+MIN_SHARED_PREFIX = 16
+"""Shortest common prompt start worth a pass of its own (rollout.share_prompt_prefix)."""
 
 
 @dataclass
@@ -70,7 +73,8 @@ class TransformersRollout:
 
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
-                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True):
+                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True,
+                 share_prompt_prefix: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -84,6 +88,8 @@ class TransformersRollout:
         self.share_prompt_prefill = share_prompt_prefill
         self.merge_lora = merge_lora
         """Generate with each LoRA adapter merged into new weight tensors (`models.merged_lora_weights`)."""
+        self.share_prompt_prefix = share_prompt_prefix
+        """With share_prompt_prefill: encode the batch's common prompt start once (`shared_prefix_prefill`)."""
 
     @classmethod
     def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
@@ -93,7 +99,8 @@ class TransformersRollout:
         return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
                    rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
                    rollout_config.share_prompt_prefill and plain_model,
-                   rollout_config.merge_lora_for_generation and plain_model)
+                   rollout_config.merge_lora_for_generation and plain_model,
+                   rollout_config.share_prompt_prefix and plain_model)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -135,10 +142,18 @@ class TransformersRollout:
         return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples)
 
     def _prefilled(self, encoded) -> dict:
-        """`past_key_values` holding all but the last prompt token, encoded once per distinct prompt
-        (generate then feeds the last token and decodes); empty when no prompt repeats."""
+        """`past_key_values` holding all but the last prompt token (generate then feeds the last token and
+        decodes): the batch's common prompt start encoded once and each distinct prompt's rest once
+        (share_prompt_prefix, when that start has MIN_SHARED_PREFIX tokens), else each distinct prompt once;
+        empty when neither saves anything."""
         ids, mask = encoded["input_ids"], encoded["attention_mask"]
-        groups = distinct_prompts(ids, mask) if self.share_prompt_prefill and ids.shape[1] > 1 else None
+        if not self.share_prompt_prefill or ids.shape[1] < 2:
+            return {}
+        groups = distinct_prompts(ids, mask)
+        if self.share_prompt_prefix:
+            prefix = common_prefix_length(ids[:, :-1], mask[:, :-1])
+            if prefix >= MIN_SHARED_PREFIX:
+                return {"past_key_values": shared_prefix_prefill(self.model, ids[:, :-1], mask[:, :-1], groups, prefix)}
         if groups is None:
             return {}
         cache, _ = shared_prompt_pass(self.model, ids[:, :-1], mask[:, :-1], groups)

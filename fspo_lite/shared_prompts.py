@@ -62,6 +62,57 @@ def shared_prompt_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tenso
     return cache, output.logits[owner]
 
 
+def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> int:
+    """How many tokens every row starts with (left-padded rows: the real tokens are the last mask.sum() columns)."""
+    lengths = prompt_mask.sum(dim=1)
+    shortest = int(lengths.min())
+    if shortest == 0:
+        return 0
+    width = prompt_ids.shape[1]
+    starts = width - lengths  # column of each row's first real token
+    columns = starts[:, None] + torch.arange(shortest, device=prompt_ids.device)[None, :]
+    aligned = prompt_ids.gather(1, columns)  # (rows, shortest): the first `shortest` real tokens of each row
+    differs = (aligned != aligned[:1]).any(dim=0)
+    return int(differs.float().argmax()) if bool(differs.any()) else shortest
+
+
+def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          groups: tuple[torch.Tensor, torch.Tensor] | None, prefix: int):
+    """The KV cache of left-padded prompts (one row per input row, no gradient) computed in two passes: the
+    `prefix` tokens every row starts with, once, then each distinct prompt's rest on top of it. Equal to the
+    cache of one full pass up to float rounding: keys carry their position through the rotary embedding (positions
+    follow the mask, as in `prompt_positions`), not their column, so the prefix's keys are moved, not recomputed.
+
+    `groups`: `distinct_prompts` of the rows (None: every row is distinct). The rows must be left-padded, with
+    their real tokens contiguous at the right, as the tokenizer writes them."""
+    first, owner = groups if groups is not None else (torch.arange(prompt_ids.shape[0]), None)
+    ids, mask = prompt_ids[first], prompt_mask[first]
+    rows, width = ids.shape
+    device = ids.device
+    lengths = mask.sum(dim=1)
+    starts = width - lengths
+    head = model(input_ids=ids[:1, starts[0] : starts[0] + prefix], use_cache=True,
+                 position_ids=torch.arange(prefix, device=device)[None, :], logits_to_keep=1).past_key_values
+    head.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=device))
+    rest = int((lengths - prefix).max())
+    if rest > 0:  # each row's own tokens, right-padded after the shared prefix
+        offsets = torch.arange(rest, device=device)[None, :]
+        own_mask = (offsets < (lengths - prefix)[:, None]).long()
+        columns = (starts[:, None] + prefix + offsets).clamp(max=width - 1)
+        own_ids = ids.gather(1, columns).masked_fill(own_mask == 0, 0)
+        model(input_ids=own_ids, past_key_values=head, use_cache=True, logits_to_keep=1,
+              attention_mask=torch.cat([torch.ones(rows, prefix, dtype=mask.dtype, device=device), own_mask], dim=1),
+              position_ids=(prefix + offsets).expand(rows, -1))
+    # [prefix, own tokens, padding] -> [padding, prefix, own tokens]: roll each row right by its padding
+    source = (torch.arange(width, device=device)[None, :] - starts[:, None]) % width
+    for layer in head.layers:
+        index = source[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
+        layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+    if owner is not None:
+        head.batch_select_indices(owner)
+    return head
+
+
 def uses_gradient_checkpointing(model) -> bool:
     """True when any layer recomputes activations (such layers ignore the KV cache while training)."""
     return any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())

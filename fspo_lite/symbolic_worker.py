@@ -107,8 +107,35 @@ def nonzero_somewhere(difference, sympy):
     return False
 
 
+RELATIVE_TOLERANCE_DIGITS = 40
+"""A constant difference counts as zero only when sympy cannot certify a single significant digit
+of it at 60 digits of working precision and it is below 10^-40 times the larger of |a|, |b|
+(magnitude-relative: 10^-50 and 0 differ, so do 1 + 10^-45 and 1)."""
+
+
+def constant_difference_is_zero(a, b, difference, sympy):
+    """For expressions without symbols: exact rationals compare exactly; otherwise the difference
+    is evaluated with adaptive precision (evalf gives significant digits of the difference itself,
+    however small it is), and only a difference with no certified digit that is also tiny relative
+    to the operands counts as zero."""
+    if difference.is_Rational:
+        return difference == 0
+    try:
+        value = difference.evalf(30, strict=True, maxn=400)
+    except Exception:  # PrecisionExhausted: no digit of the difference could be certified
+        value = None
+    if value is not None:
+        return bool(value == 0)
+    scale = max(abs(sympy.N(a, 60)), abs(sympy.N(b, 60)))
+    residue = abs(sympy.N(difference, 60))
+    if not (residue.is_number and scale.is_number):
+        return False
+    return bool(residue <= scale * sympy.Rational(1, 10**RELATIVE_TOLERANCE_DIGITS))
+
+
 def expressions_equal(a, b, sympy):
-    """Exact equivalence: a - b is 0 after expansion or simplification, or (no symbols) to 50 digits."""
+    """Exact equivalence: a - b is 0 after expansion or simplification, or (no symbols) it is a
+    constant that is zero to the precision rule of `constant_difference_is_zero`."""
     if any(x.has(sympy.nan, sympy.zoo) for x in (a, b)):
         return False
     if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
@@ -116,18 +143,40 @@ def expressions_equal(a, b, sympy):
     difference = a - b
     if difference == 0 or sympy.expand(difference) == 0:
         return True
+    if not difference.free_symbols and difference.is_Rational:
+        return False
     if nonzero_somewhere(difference, sympy):
         return False
     if sympy.simplify(difference) == 0:
         return True
     if not difference.free_symbols:
-        value = sympy.N(difference, 50)
-        return bool(value.is_number and abs(value) < sympy.Rational(1, 10**40))
+        return constant_difference_is_zero(a, b, difference, sympy)
     return False
 
 
+def _items_match(a_items, b_items, sympy):
+    """Multiset equality of two item lists (each item of a matched to a distinct equal item of b)."""
+    if len(a_items) != len(b_items):
+        return False
+    unused = list(b_items)
+    for x in a_items:
+        for index, y in enumerate(unused):
+            if trees_equal(x, y, sympy):
+                del unused[index]
+                break
+        else:
+            return False
+    return True
+
+
 def trees_equal(a, b, sympy):
-    """Tuples and intervals: same brackets, same length, equal items; otherwise expressions."""
+    """Tuples and intervals: same brackets, same length, equal items in order; sets and unions:
+    equal items in any order; otherwise expressions."""
+    for kind in ("set", "union"):
+        if a[0] == kind or b[0] == kind:
+            if a[0] != b[0] or len(a) != 2 or len(b) != 2 or not isinstance(a[1], list) or not isinstance(b[1], list):
+                return False
+            return _items_match(a[1], b[1], sympy)
     a_tuple, b_tuple = a[0] == "tuple", b[0] == "tuple"
     if a_tuple or b_tuple:
         if not (a_tuple and b_tuple) or len(a) != 4 or len(b) != 4 or a[1:3] != b[1:3] or len(a[3]) != len(b[3]):

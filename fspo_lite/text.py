@@ -225,6 +225,42 @@ def _segment_blocks(text: str, size: int = SEGMENT_BLOCK_CHARS) -> list[tuple[in
     return blocks
 
 
+_BRACKET_RUN = re.compile(r"\[([\d,\s\-]*)")
+_DIGIT_RUN = re.compile(r"\d+")
+MAX_REFERENCE_PARTITIONS = 100_000
+"""pysbd's numbered-reference rule, (\\[(\\d{1,3},?\\s?-?\\s?)*\\b\\d{1,3}\\])+, backtracks over every way
+of cutting the digits after a '[' into groups of 1-3 (about 1.84^n for n digits: 3.7 s for 28
+digits, minutes for 34) and of giving each space to one of its two optional \\s? (2^n for n
+spaces). A bracket allowing more ways than this (about 15 ms of backtracking) is masked."""
+
+
+def _reference_partitions(run: str) -> int:
+    """An upper bound on the ways the regex above can match `run`: the cuttings of each digit run
+    into groups of 1-3 digits, times 2 per space or hyphen."""
+    total = 2 ** min(sum(1 for char in run if not char.isdigit() and char != ","), 64)
+    for digits in _DIGIT_RUN.finditer(run):
+        length = min(len(digits.group()), 40)  # 40 digits already allow about 10^10 cuttings
+        ways = [1, 1, 2, 4]
+        for _ in range(4, length + 1):
+            ways.append(ways[-1] + ways[-2] + ways[-3])
+        total *= ways[length]
+        if total > MAX_REFERENCE_PARTITIONS:
+            break
+    return total
+
+
+def mask_for_segmenter(text: str) -> str:
+    """`text` with the '[' of each bracket that would make pysbd backtrack exponentially replaced
+    by a space (same length, so spans found in the masked text index the original). No real
+    reference list ("[1, 2, 5-7]", "[12]") is masked: their cuttings are few."""
+    masked = None
+    for match in _BRACKET_RUN.finditer(text):
+        if _reference_partitions(match.group(1)) > MAX_REFERENCE_PARTITIONS:
+            masked = masked or list(text)
+            masked[match.start()] = " "
+    return text if masked is None else "".join(masked)
+
+
 def _segment(text: str) -> list[str]:
     try:
         return _segmenter().segment(text)
@@ -235,15 +271,16 @@ def _segment(text: str) -> list[str]:
 def sentence_spans(text: str) -> list[tuple[int, int]]:
     """Sentences of `text` as (start, end) character spans, whitespace trimmed, in order.
 
-    pysbd finds the boundaries (block by block for long texts, see SEGMENT_BLOCK_CHARS); each
-    segment is then located in the original text from a moving cursor, so the spans index the
-    exact string the tokens came from.
+    pysbd finds the boundaries (block by block for long texts, see SEGMENT_BLOCK_CHARS; brackets
+    that would make it backtrack exponentially are masked first, see `mask_for_segmenter`); each
+    segment is then located from a moving cursor in a text of the same length, so the spans index
+    the exact string the tokens came from.
     """
     if not isinstance(text, str) or not text.strip():
         return []
     spans: list[tuple[int, int]] = []
     for block_start, block_end in _segment_blocks(text):
-        block = text[block_start:block_end]
+        block = mask_for_segmenter(text[block_start:block_end])
         cursor = 0
         for segment in _segment(block):
             piece = segment.strip()
@@ -256,3 +293,24 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
             spans.append((block_start + start, block_start + end))
             cursor = end
     return spans
+
+
+NEAR_DUPLICATE_JACCARD = 0.8
+"""Two sentences are near-duplicates when the Jaccard similarity of their word sets (after normalize_answer)
+is at least this."""
+
+
+def near_duplicate_count(sentences: list[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> int:
+    """How many sentences repeat an earlier one of the list (padding): word-set Jaccard similarity
+    |A & B| / |A | B| >= threshold with some earlier sentence, words from normalize_answer. Sentences with
+    no words are never counted. ["Paris is big.", "paris is BIG", "Lyon is big."] -> 1."""
+    seen: list[set[str]] = []
+    count = 0
+    for sentence in sentences:
+        words = set(normalize_answer(sentence or "").split())
+        if not words:
+            continue
+        if any(len(words & other) / len(words | other) >= threshold for other in seen):
+            count += 1
+        seen.append(words)
+    return count

@@ -20,9 +20,10 @@ from tqdm.auto import tqdm
 
 from . import algos
 from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import Config
-from .data import QAExample, load_mixture
+from .config import Config, validate_config
+from .data import DataError, QAExample, load_mixture
 from .distributed import Distributed, loss_normalisers
+from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
@@ -89,6 +90,10 @@ def load_training_examples(config: Config) -> list[QAExample]:
     if config.data.filter_path:
         kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
         examples = [e for e in examples if e.id in kept]
+        if not examples:
+            raise DataError(f"{config.data.filter_path}: none of its kept ids is in {config.data.train}")
+    if not examples:
+        raise DataError(f"{config.data.train}: no training examples (the file has no usable rows)")
     return examples[: config.data.limit] if config.data.limit else examples
 
 
@@ -105,17 +110,20 @@ class Trainer:
 
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
                  verifier=None, progress: bool = True):
+        validate_config(config)  # before any model loads (load_config checks too; configs built in code come here)
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)
-        self.dist = Distributed()  # [distributed] rank, world size, collectives (one process: identities)
+        # [distributed] rank, world size, collectives (one process: identities); FSDP2 shards under torchrun
+        self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
+        # the data before the model: a bad data file is reported in a second, not after the model loads
+        self.examples = train_examples if train_examples is not None else load_training_examples(config)
         if model is None or tokenizer is None:
             model, tokenizer = load_policy(config.model, seed=config.train.seed,
                                            max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                                            fast_inference=config.rollout.engine == "vllm",
                                            gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization)
         self.model, self.tokenizer = model, tokenizer
-        self.examples = train_examples if train_examples is not None else load_training_examples(config)
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.judges = build_judges(config)
@@ -130,7 +138,7 @@ class Trainer:
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
         self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
-            self.reference.to(self.dist.device)
+            self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
         self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
@@ -156,31 +164,43 @@ class Trainer:
         Weights, optimizer, RNG states (sampling included), data position and fault counters
         come back as they were, and rows that metrics.jsonl / samples.jsonl got after the
         checkpoint are dropped, so the resumed run logs each later step exactly once and
-        reproduces the uninterrupted run's numbers.
+        reproduces the uninterrupted run's numbers. With no checkpoint the run starts over, so
+        every row an earlier attempt logged is dropped (no step logged twice).
         """
         path = latest_checkpoint(self.output_dir)
         if path is None:
+            self._drop_rows_after(0)
             return False
-        if self.dist.shards_weights:  # [distributed]
-            raise TrainingError("train.resume is not supported with sharded weights (FSDP): the optimizer state "
-                                "is split over ranks and checkpoints keep only the model weights")
         try:
-            state = load_checkpoint(path, self.model, self.optimizer)
+            if self.dist.shards_weights:  # [distributed] sharded weights, optimizer state and every rank's RNG
+                state = self.dist.load_checkpoint(path, self.train_model, self.optimizer)
+            else:
+                state = load_checkpoint(path, self.model, self.optimizer)
         except CheckpointError as error:
             older = [p.name for p in complete_checkpoints(self.output_dir) if p.name < path.name]
             hint = (f"; to resume from the newest intact one, remove {path} (intact: {', '.join(older)})" if older
                     else "; no older intact checkpoint exists")
             raise CheckpointError(f"{error}{hint}") from None
         self.step_index = state["step"]
-        if self.dist.world_size > 1:  # [distributed] the checkpoint holds rank 0's RNG: give each rank its own again
+        if self.dist.world_size > 1 and not self.dist.shards_weights:  # [distributed] rank 0's RNG only: reseed
             set_seed(self.config.train.seed + self.dist.rank + 1_000_003 * self.step_index)
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
         self.bad_steps = state.get("bad_steps", 0)
-        self.logger.truncate_after(self.step_index)
-        truncate_jsonl(self.output_dir / "samples.jsonl", self.step_index)
+        self._drop_rows_after(self.step_index)
         print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
         return True
+
+    def _drop_rows_after(self, step: int) -> None:
+        """Keep the metrics/samples rows of steps 1..step (those the resumed state covers); torn
+        lines left by a killed writer go too."""
+        if self.dist.is_main:
+            had_rows = self.logger.path.exists() and self.logger.path.stat().st_size > 0
+            self.logger.truncate_after(step)
+            truncate_jsonl(self.output_dir / "samples.jsonl", step)
+            if step == 0 and had_rows:
+                print(f"[fspo_lite] no checkpoint in {self.output_dir}: starting over, earlier rows dropped")
+        self.dist.wait()
 
     def save(self) -> Path | None:
         """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
@@ -188,10 +208,14 @@ class Trainer:
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
+        sharded = {}
+        if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state
+            sharded[SHARDED_DIR] = self.dist.save_sharded(self.output_dir / "checkpoints" / ".sharded-staging",
+                                                          self.train_model, self.optimizer)
         path = None
         if self.dist.is_main:
-            path = save_checkpoint(self.output_dir, self.step_index, self.model, self.optimizer, state, self.config,
-                                   state_dict=weights)
+            path = save_checkpoint(self.output_dir, self.step_index, self.model, None if sharded else self.optimizer,
+                                   state, self.config, state_dict=weights, extra_dirs=sharded)
         self.dist.wait()
         return path
 
@@ -274,10 +298,11 @@ class Trainer:
             record["token_rewards"] = scored.token_rewards[0, :length].tolist()
         append_jsonl(self.output_dir / "samples.jsonl", record)
 
-    def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False):
+    def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False, entropy_grad: bool = False):
         return completion_logprobs(
             model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows],
             rollout.completion_mask[rows], self.config.rollout.temperature, with_entropy, self.share_prompts,
+            entropy_grad,
         )
 
     @torch.no_grad()
@@ -322,11 +347,16 @@ class Trainer:
             for index, rows in enumerate(micro_batches):
                 # [distributed] gradients are all-reduced once, in the last micro-batch's backward
                 with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
-                    logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0)
+                    bonus = train.entropy_coef > 0
+                    logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0 or bonus,
+                                                   entropy_grad=bonus)
                     old = logp.detach() if old_logp is None else old_logp[rows]
                     token_loss, clipped = algos.clipped_surrogate(
                         logp, old, advantages[rows], train.epsilon_low, train.epsilon_high
                     )
+                    if bonus:
+                        token_loss = algos.entropy_bonus(token_loss, entropy, train.entropy_coef)
+                        entropy = entropy.detach()
                     if ref_logp is not None:
                         kl = algos.kl_k3(logp, ref_logp[rows])
                         token_loss = token_loss + train.beta * kl

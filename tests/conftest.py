@@ -11,13 +11,20 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The full benchmark files come from the data folder, as for a user ($FSPO_LITE_DATA, `python -m fspo_lite data`).
+# On the team's machines a copy sits beside the repository; the tests use it through that same variable.
+TEAM_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+if not os.environ.get("FSPO_LITE_DATA") and TEAM_DATA.is_dir():
+    os.environ["FSPO_LITE_DATA"] = str(TEAM_DATA)
 
 
 def shared_file(name: str) -> Path:
-    path = SHARED_DATA / name
+    """A file of the data folder, or skip the test when it is absent."""
+    from fspo_lite.data_files import data_dir
+
+    path = data_dir() / name
     if not path.exists():
-        pytest.skip(f"{path} not present (the shared benchmark data sits beside the repository only on the team's machines)")
+        pytest.skip(f"{path} not present (prepare it with `python -m fspo_lite data prepare`)")
     return path
 
 

@@ -1,10 +1,13 @@
 """Deterministic tiny-model training for the multi-process tests (tests/test_distributed.py).
 
 Run as `ACCELERATE_USE_CPU=1 accelerate launch --multi_gpu --num_processes 2 tests/dist_driver.py
-OUTPUT_DIR STEPS METHOD [--then-cli DATA_FILE]` or call `train(...)` in-process. Completions and rewards are fixed functions of the prompt and
-the completion tokens, independent of how prompts are batched or which rank holds them, so one
-2-process step and one single-process step see exactly the same global batch. After every
-step each rank writes its LoRA weights to OUTPUT_DIR/weights-rank<R>-step<S>.pt; at the end
+OUTPUT_DIR STEPS METHOD [--set KEY=VALUE ...] [--and DIR:KEY=VALUE,...] [--then-cli DATA_FILE]`, under
+torchrun with `--set train.fsdp=true` (FSDP2, tests/test_fsdp.py), or call `train(...)` in-process.
+Completions and rewards are fixed functions of the prompt and the completion tokens, independent of
+how prompts are batched or which rank holds them, so one 2-process step and one single-process step
+see exactly the same global batch. After every
+step each rank writes its LoRA weights (all weights with model.lora=false; under FSDP the main process
+writes the gathered weights) to OUTPUT_DIR/weights-rank<R>-step<S>.pt; at the end
 the trainer saves a checkpoint, and the main process records the launch in OUTPUT_DIR/launch.json.
 """
 
@@ -93,15 +96,21 @@ def train(output_dir: str | Path, steps: int, method: str = "fspo", extra: list[
     ])
     with fixed_scoring():
         trainer = trainer_module.Trainer(config, train_examples=EXAMPLES, progress=False)
+        accelerator = getattr(trainer.dist, "accelerator", None)
         if trainer.dist.is_main:
             (output_dir / "launch.json").write_text(json.dumps({
-                "distributed_type": str(trainer.dist.accelerator.distributed_type),
+                "distributed_type": str(accelerator.distributed_type) if accelerator else type(trainer.dist).__name__,
                 "world_size": trainer.dist.world_size, "shards_weights": trainer.dist.shards_weights}))
         trainer.engine = FixedRollout(trainer.tokenizer)
         for step in range(1, steps + 1):
             trainer.train_step()
-            weights = {k: v.detach().cpu().clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
-            torch.save(weights, output_dir / f"weights-rank{trainer.dist.rank}-step{step}.pt")
+            if trainer.dist.shards_weights:
+                weights = trainer.dist.full_state_dict(trainer.train_model)  # collective; {} except on rank 0
+            else:
+                weights = dict(trainer.model.named_parameters())
+            weights = {k: v.detach().cpu().clone() for k, v in weights.items() if "lora_" in k or not config.model.lora}
+            if weights:
+                torch.save(weights, output_dir / f"weights-rank{trainer.dist.rank}-step{step}.pt")
         trainer.save()
     return trainer
 
@@ -114,14 +123,23 @@ if __name__ == "__main__":
     parser.add_argument("steps", type=int)
     parser.add_argument("method")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--and", dest="also", action="append", default=[], metavar="OUTPUT_DIR:KEY=VALUE,...",
+                        help="afterwards, in the same processes, another fixed-batch run into OUTPUT_DIR with these "
+                             "overrides (comma-separated)")
     parser.add_argument("--then-cli", metavar="DATA_FILE",
                         help="afterwards, in the same (already started) processes, train 2 steps through the real "
                              "CLI on DATA_FILE into OUTPUT_DIR/cli: saves a second start of every process")
     args = parser.parse_args()
     Path(args.output_dir).mkdir(parents=True, exist_ok=True)
     train(args.output_dir, args.steps, args.method, args.overrides)
+    for also in args.also:
+        folder, _, settings = also.partition(":")
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        train(folder, args.steps, args.method, [*args.overrides, *filter(None, settings.split(","))])
     if args.then_cli:
         from fspo_lite.__main__ import main
 
         main(["train", "--config", str(REPO / "configs" / "tiny.yaml"), "--set", "train.steps=2",
-              "--set", f"train.output_dir={Path(args.output_dir) / 'cli'}", "--set", f"data.train={args.then_cli}"])
+              "--set", f"train.output_dir={Path(args.output_dir) / 'cli'}", "--set", f"data.train={args.then_cli}",
+              *[item for override in args.overrides if override.startswith("train.fsdp")
+                for item in ("--set", override)]])

@@ -31,8 +31,7 @@ def test_scale_configs_say_what_the_issue_asks():
     paper = load_config(CONFIGS / "paper_qwen7b.yaml")
     assert paper.rollout.group_size == 8 and 3e-7 <= paper.train.learning_rate <= 5e-7
     assert paper.train.beta == 0.001 and paper.rollout.temperature == 1.0 and paper.rollout.max_new_tokens >= 2048
-    assert [spec.rsplit("/", 1)[-1] for spec, _ in parse_mixture(paper.data.train)] == [
-        "hotpotqa_train.jsonl", "simplerl_math_train.jsonl"]
+    assert [spec for spec, _ in parse_mixture(paper.data.train)] == ["data:hotpotqa_train", "data:simplerl_math_train"]
 
 
 def test_parse_mixture():

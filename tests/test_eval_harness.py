@@ -48,12 +48,13 @@ def test_prefix_scorer_matches_direct_computation(tiny_policy, batch_size):
 class _ScriptedContext:
     """A harness context whose 'model' replies with fixed texts, to check grading end to end."""
 
-    def __init__(self, replies, samples=1):
+    def __init__(self, replies, samples=1, extra=()):
         self.config = Config()
         self.config.evaluation.samples = samples
         self.ev = self.config.evaluation
         self.tokenizer = SimpleNamespace(chat_template=None)
         self.replies = list(replies)
+        self.extra = list(extra)
 
     def generate(self, prompts, max_new_tokens=None, samples=None):
         k = self.ev.samples if samples is None else samples
@@ -62,6 +63,13 @@ class _ScriptedContext:
 
     def verifier(self):
         return LexicalVerifier(), "lexical"
+
+    def verifiers(self):
+        return [self.verifier(), *self.extra]
+
+    @property
+    def last_token_counts(self):
+        return [len(reply.split()) for reply in self.replies]
 
 
 def test_short_qa_grades_decomposition_and_step_rate():
@@ -85,6 +93,37 @@ def test_short_qa_grades_decomposition_and_step_rate():
     labels = [label for r in records for label in r["sentence_labels"] if label]
     assert values["step_hallucination_rate"] == pytest.approx(labels.count(-1) / len(labels))
     assert records[0]["answer"] == "Paris" and records[3]["answer"] is None
+
+
+class _AlwaysSupported:
+    """A scripted second judge: every sentence supported."""
+
+    def score(self, evidence, sentences, context=None):
+        return [0.9] * len(sentences)
+
+
+def test_short_qa_every_judge_reported_separately_with_per_response_counts():
+    items = [QAExample("a", "What is the capital of France?", ["Paris"], evidence="The capital of France is Paris.")]
+    replies = [" The capital of France is Lyon. The capital of France is lyon!</think>\n<answer>Lyon</answer>",
+               " The capital of France is Paris.</think>\n<answer>Paris</answer>"]
+    ctx = _ScriptedContext(replies, samples=2, extra=[(_AlwaysSupported(), "yes_judge")])
+    rows, records = harness.run_short_qa(ctx, "kbqa", items)
+    values = {r["metric"]: r["value"] for r in rows}
+    # lexical: Lyon x2 unsupported, Paris supported -> 2 of 3 checkable unsupported; the second judge: none
+    assert values["step_hallucination@lexical"] == pytest.approx(2 / 3)
+    assert values["step_hallucination_rate"] == pytest.approx(2 / 3)
+    assert values["step_hallucination@yes_judge"] == 0.0
+    assert values["unsupported_per_response@lexical"] == 1.0 and values["supported_per_response@lexical"] == 0.5
+    assert values["supported_per_response@yes_judge"] == 1.5 and values["checkable_per_response@yes_judge"] == 1.5
+    assert values["sentences_per_response"] == 1.5
+    assert records[0]["sentence_labels_by_judge"] == {"lexical": [-1, -1], "yes_judge": [1, 1]}
+    assert records[0]["sentence_labels"] == [-1, -1]
+    # the second Lyon sentence repeats the first: one near-duplicate in response 0, none in response 1
+    assert [r["near_duplicate_sentences"] for r in records] == [1, 0]
+    assert values["near_duplicates_per_response"] == 0.5
+    assert [r["response_tokens"] for r in records] == [len(t.split()) for t in replies]
+    a, b = records[0]["sentence_spans"][0]
+    assert records[0]["output"][a:b] == "The capital of France is Lyon."
 
 
 def test_math_pass_at_k_and_answer_fallback():
@@ -130,19 +169,22 @@ def test_truthfulqa_rows_both_formats_and_errors():
 
 
 def test_sources_resolve_in_order(tmp_path):
-    assert resolve("truthfulqa_mc") == "bundled:truthfulqa_sample"
-    assert resolve("truthfulqa_mc", {"truthfulqa_mc": "x.jsonl"}) == "x.jsonl"
+    empty = tmp_path / "empty"
+    assert resolve("truthfulqa_mc", folder=empty) == "bundled:truthfulqa_sample"
+    assert resolve("truthfulqa_mc", {"truthfulqa_mc": "x.jsonl"}, folder=tmp_path) == "x.jsonl"
+    (tmp_path / "truthfulqa.jsonl").write_text("{}\n")  # the data folder's full file comes before the sample
+    assert resolve("truthfulqa_mc", folder=tmp_path) == str(tmp_path / "truthfulqa.jsonl")
     (tmp_path / "gsm8k_test.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n')
-    assert resolve("gsm8k", shared_dir=tmp_path) == str(tmp_path / "gsm8k_test.jsonl")
-    assert resolve("gsm8k", shared_dir=tmp_path / "missing") == BENCHMARKS["gsm8k"].hub
-    with pytest.raises(DataError, match="evaluation.sources.halluqa"):
-        resolve("halluqa", shared_dir=tmp_path)
+    assert resolve("gsm8k", folder=tmp_path) == str(tmp_path / "gsm8k_test.jsonl")
+    assert resolve("gsm8k", folder=tmp_path / "missing") == BENCHMARKS["gsm8k"].hub
+    with pytest.raises(DataError, match="data prepare halluqa"):
+        resolve("halluqa", folder=tmp_path)
     examples = load_items("gsm8k", str(tmp_path / "gsm8k_test.jsonl"))
     assert examples[0].task == "math" and examples[0].answers == ["2"]
 
 
 def test_bundled_truthfulqa_sample_loads():
-    items = load_items("truthfulqa_mc", resolve("truthfulqa_mc"))
+    items = load_items("truthfulqa_mc", "bundled:truthfulqa_sample")
     assert len(items) == 100 and all(i.best_answer in i.correct_answers and i.incorrect_answers for i in items)
 
 
@@ -169,6 +211,23 @@ def test_evaluate_contract_on_tiny_model(tmp_path, tiny_policy):
     assert (tmp_path / "table.csv").read_text().startswith("benchmark,metric,value,n,by")
     mc2 = summary["benchmarks"]["truthfulqa_mc"]["metrics"]["mc2"]
     assert 0.0 <= mc2 <= 1.0 and not math.isnan(mc2)
+
+
+def test_evaluate_extra_judges_on_tiny_model(tmp_path, tiny_policy):
+    """evaluation.extra_step_verifiers: each judge's labels per record, its own rates in summary.json."""
+    config = load_config(TINY, {"evaluation.benchmarks": "kbqa", "evaluation.limit": 2, "evaluation.samples": 2,
+                                "evaluation.temperature": 1.0, "evaluation.max_new_tokens": 24,
+                                "evaluation.step_verifier": "lexical", "evaluation.extra_step_verifiers": "embedding",
+                                "evaluation.output_dir": str(tmp_path)})
+    result = evaluate(config, *tiny_policy, progress=False)
+    metrics = json.loads((tmp_path / "summary.json").read_text())["benchmarks"]["kbqa"]["metrics"]
+    for judge in ("lexical", "embedding"):
+        assert f"step_hallucination@{judge}" in metrics and f"supported_per_response@{judge}" in metrics
+    for record in result.records:
+        labels = record["sentence_labels_by_judge"]
+        assert set(labels) == {"lexical", "embedding"} and labels["lexical"] == record["sentence_labels"]
+        assert len(labels["embedding"]) == len(record["sentence_spans"])
+        assert 0 < record["response_tokens"] <= 24
 
 
 def test_evaluate_rejects_bad_settings():

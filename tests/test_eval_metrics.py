@@ -114,3 +114,10 @@ def test_overlap_judge_rules():
 def test_mean_skips_nan_and_none():
     assert M.mean([1.0, None, float("nan"), 0.0]) == 0.5
     assert math.isnan(M.mean([]))
+
+
+def test_sentence_counts_and_ratio_of_sums():
+    assert M.sentence_counts([1, -1, -1, 0]) == {"supported": 1, "unsupported": 2, "checkable": 3, "sentences": 4}
+    assert M.sentence_counts([]) == {"supported": 0, "unsupported": 0, "checkable": 0, "sentences": 0}
+    assert M.ratio_of_sums([1, 2], [2, 2]) == 0.75  # pooled, not the mean of 0.5 and 1.0
+    assert math.isnan(M.ratio_of_sums([0, 0], [0, 0]))

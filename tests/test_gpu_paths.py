@@ -1,7 +1,8 @@
 """The GPU paths: their CPU-side logic and guards here, the real thing in tests marked `gpu`.
 
 On a machine without CUDA the `gpu` tests skip (tests/conftest.py) and the rest check that the
-CPU install never imports vllm, bitsandbytes or unsloth, and that asking for them fails clearly.
+CPU install never imports vllm or unsloth, and that asking for them fails clearly. (bitsandbytes is
+part of the CPU install: 4-bit QLoRA runs on the CPU too, tests/test_four_bit_cpu.py.)
 docs/gpu.md has the commands to run the `gpu` tests and the benchmark on a GPU.
 """
 
@@ -27,7 +28,7 @@ from fspo_lite.models import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-GPU_PACKAGES = ("vllm", "bitsandbytes", "unsloth")
+GPU_PACKAGES = ("vllm", "unsloth")
 
 
 def test_four_bit_options_are_qlora():
@@ -47,7 +48,6 @@ def test_gradient_checkpointing_rule():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only errors")
 @pytest.mark.parametrize("overrides, message", [
-    ({"load_in_4bit": True}, r"model.load_in_4bit needs a CUDA GPU"),
     ({"backend": "unsloth"}, r"model.backend=unsloth needs a CUDA GPU"),
 ])
 def test_gpu_options_fail_clearly_without_a_gpu(overrides, message):
@@ -58,6 +58,7 @@ def test_gpu_options_fail_clearly_without_a_gpu(overrides, message):
 @pytest.mark.parametrize("overrides, message", [
     ({"backend": "jax"}, "unknown model.backend 'jax'"),
     ({"load_in_4bit": True, "lora": False}, "QLoRA"),
+    ({"load_in_4bit": True}, "the tiny test model has no 4-bit variant"),
 ])
 def test_invalid_scale_options(overrides, message):
     with pytest.raises(ModelLoadError, match=message):
@@ -69,7 +70,7 @@ def test_cpu_path_never_imports_gpu_packages(tmp_path):
     none of the GPU packages may be in sys.modules afterwards. On the CPU install they are absent, so
     an unguarded import would also crash the run. vllm and unsloth are moreover replaced by poisoned
     stand-ins that fail when imported, which shows the guards hold even where they are installed.
-    (Not bitsandbytes: peft imports it whenever it is installed, as soon as it builds LoRA layers.)"""
+    (bitsandbytes is not among them: it is part of the CPU install, and peft imports it whenever it is installed.)"""
     for name in ("vllm", "unsloth"):
         (tmp_path / "poison" / name).mkdir(parents=True)
         (tmp_path / "poison" / name / "__init__.py").write_text(
@@ -186,6 +187,29 @@ def test_ddp_on_two_gpus_keeps_ranks_identical(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     zero, one = (torch.load(tmp_path / f"weights-rank{r}-step2.pt", weights_only=True) for r in (0, 1))
     assert all(torch.equal(zero[k], one[k]) for k in zero)
+
+
+def test_four_bit_without_a_working_bitsandbytes_fails_in_one_line(tmp_path, monkeypatch):
+    """Missing package, or a wheel that cannot run on this platform (it raises at import): one line naming the fix."""
+    import importlib.util as util
+
+    from fspo_lite.models import require_bitsandbytes
+
+    real_find_spec = util.find_spec
+    monkeypatch.setattr(util, "find_spec",
+                        lambda name, *a: None if name == "bitsandbytes" else real_find_spec(name, *a))
+    with pytest.raises(ModelLoadError, match=r"needs the 'bitsandbytes' package: pip install") as missing:
+        require_bitsandbytes()
+    monkeypatch.setattr(util, "find_spec", real_find_spec)
+    (tmp_path / "bitsandbytes").mkdir()
+    (tmp_path / "bitsandbytes" / "__init__.py").write_text(
+        "raise RuntimeError('no native library for this CPU\\nmore')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "bitsandbytes", raising=False)
+    with pytest.raises(ModelLoadError, match=r"bitsandbytes cannot run here \(RuntimeError: no native library for "
+                                             r"this CPU\); use model.load_in_4bit=false$") as broken:
+        require_bitsandbytes()
+    assert "\n" not in str(missing.value) and "\n" not in str(broken.value)
 
 
 def test_gpu_packages_are_absent_here_or_gpu_present():

@@ -112,3 +112,113 @@ def test_run_config_differs_only_in_method_seed_and_folder(tmp_path):
     assert b.train.output_dir == str(tmp_path / "caution_fspo_s1")
     a.reward.method, a.train.seed, a.train.output_dir = b.reward.method, b.train.seed, b.train.output_dir
     assert a.to_dict() == b.to_dict()
+
+
+# ---- the study's statistics on a synthetic runs folder ---------------------------------------------
+def _write_run(root, name, method, seed, responses, extra_records=()):
+    """responses: (question, grade, {judge: labels}, tokens) per response."""
+    run = root / name
+    (run / "eval").mkdir(parents=True)
+    (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "judge": "embedding",
+                                                  "train_verifier": "lexical", "metrics": {}}))
+    rows = []
+    for i, (question, grade, labels, tokens) in enumerate(responses):
+        main = next(iter(labels.values()))
+        rows.append({"benchmark": "kbqa", "id": question, "sample": i % 2, "grade": grade, "f1": float(grade == "CORRECT"),
+                     "format_ok": True, "sentence_labels": main, "sentence_labels_by_judge": labels,
+                     "sentence_spans": [[0, 1]] * len(main), "response_tokens": tokens,
+                     "near_duplicate_sentences": 0, "output": "x"})
+    rows += list(extra_records)
+    (run / "eval" / "records.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+
+
+def _study_runs(root):
+    """grpo (2 seeds): q1 both wrong with 2 unsupported sentences each, q2 both right with one supported;
+    fspo (2 seeds): the same answers, q1's responses with 1 unsupported sentence only."""
+    def responses(unsupported_q1):
+        wrong = ("q1", "INCORRECT", {"embedding": [-1] * unsupported_q1, "lexical": [-1] * unsupported_q1}, 20)
+        right = ("q2", "CORRECT", {"embedding": [1], "lexical": [0]}, 10)
+        return [wrong, wrong, right, right]
+    mc = [{"benchmark": "truthfulqa_mc", "id": "t1", "mc1": 1.0, "mc2": 0.8, "grade": "CORRECT"}]
+    for seed in (0, 1):
+        _write_run(root, f"grpo_s{seed}", "grpo", seed, responses(2), mc)
+        _write_run(root, f"fspo_s{seed}", "fspo", seed, responses(1), mc)
+    _write_run(root, "base", "base", None, responses(3))
+    return root
+
+
+def test_study_cells_and_statistics_by_hand(tmp_path):
+    from fspo_lite.report import judges_of, load_responses, matched_length, metric_cells, study_statistics
+
+    responses = load_responses(_study_runs(tmp_path))
+    assert judges_of(responses) == ["embedding", "lexical"]
+    cells = metric_cells(responses, tmp_path)
+    grpo_q1 = cells[(cells.metric == "step_hallucination@embedding") & (cells.method == "grpo") & (cells.seed == 0)
+                    & (cells.question == "q1")].iloc[0]
+    assert (grpo_q1.num, grpo_q1.den) == (4, 4)
+    tables = study_statistics(cells, ["base", "grpo", "fspo"], n_resamples=200)
+    m = tables["methods"].set_index(["metric", "method"])
+    # grpo: 4 unsupported of 6 checkable per seed; fspo: 2 of 4 (embedding); seeds agree -> resampling
+    # seeds changes nothing, but questions do: q2 alone gives 0, q1 alone 1
+    assert m.loc[("step_hallucination@embedding", "grpo"), "mean"] == pytest.approx(2 / 3)
+    assert m.loc[("step_hallucination@embedding", "fspo"), "mean"] == pytest.approx(0.5)
+    assert (m.loc[("step_hallucination@embedding", "grpo"), "low"],
+            m.loc[("step_hallucination@embedding", "grpo"), "high"]) == (0.0, 1.0)
+    assert m.loc[("accuracy", "grpo"), "mean"] == 0.5 and m.loc[("all_attempt_wrong", "grpo"), "mean"] == 50.0
+    assert m.loc[("supported_per_response@embedding", "fspo"), "mean"] == 0.5
+    assert m.loc[("unsupported_per_response@embedding", "grpo"), "mean"] == 1.0
+    assert m.loc[("response_tokens", "grpo"), "mean"] == 15.0
+    assert m.loc[("truthfulqa_mc2", "fspo"), "mean"] == pytest.approx(0.8)
+    assert m.loc[("accuracy", "base"), "seeds"] == 1 and m.loc[("accuracy", "grpo"), "seeds"] == 2
+    d = tables["differences"].set_index(["metric", "method"])
+    assert set(d.index.get_level_values("method")) == {"fspo"}  # base is not compared
+    # same answers: accuracy and supported sentences identical on every question -> zero-width intervals
+    assert tuple(d.loc[("accuracy", "fspo"), ["diff", "low", "high"]]) == (0.0, 0.0, 0.0)
+    assert tuple(d.loc[("supported_per_response@embedding", "fspo"), ["diff", "low", "high"]]) == (0.0, 0.0, 0.0)
+    assert d.loc[("unsupported_per_response@embedding", "fspo"), "diff"] == -0.5
+    # lexical judged nothing on q2: only q1 is checkable, 100% for both
+    assert d.loc[("step_hallucination@lexical", "fspo"), "diff"] == 0.0
+    matched = matched_length(responses, n_resamples=50).set_index(["judge", "method"])
+    # embedding: strata 1 sentence (q2: 0% both; fspo's q1: 100%) and 2 sentences (grpo's q1: 100%): in the
+    # 1-sentence stratum fspo 2/4 = 50%, grpo 0/4 = 0%; the 2-sentence stratum only grpo reaches
+    row = matched.loc[("embedding", "fspo")]
+    assert row["strata"] == 1 and row["diff"] == pytest.approx(0.5)
+
+
+def test_study_report_files_and_goal(tmp_path):
+    from fspo_lite.report import study_report
+
+    runs = _study_runs(tmp_path / "runs")
+    out = study_report(runs, tmp_path / "results", tmp_path / "figures", "study_", ["base", "grpo", "fspo"],
+                       n_resamples=100, settings={"questions": 2})
+    text = (tmp_path / "results" / "summary.md").read_text()
+    assert "| step_hallucination@embedding | 75.0 [" in text  # base: 6 of 8 (3 unsupported x2 + supported x2)
+    assert "fspo - grpo" in text and "| lexical |" in text and "matched length" in text
+    assert "supported sentences per response +0.00 [+0.00, +0.00]: no difference the interval can resolve" in text
+    assert "The caution goal" in text and "| fspo | 50.0 / 50.0 | +0.0%" in text
+    assert (tmp_path / "figures" / "study_paired_differences.png").exists()
+    assert (tmp_path / "figures" / "study_step_hallucination_by_judge.png").exists()
+    assert out["judges"] == ["embedding", "lexical"] and json.dumps(out)
+
+
+def test_caution_goal_point_estimates_and_intervals():
+    from fspo_lite.report import caution_goal, length_stratum
+
+    def frame(correct_diff, correct_low, relative, relative_high):
+        return pd.DataFrame([
+            {"metric": "all_attempt_wrong", "method": "caution", "baseline": "grpo", "a": 30.0, "b": 50.0,
+             "diff": -20.0, "low": -30.0, "high": -10.0, "relative": relative, "relative_low": -0.6,
+             "relative_high": relative_high},
+            {"metric": "accuracy", "method": "caution", "baseline": "grpo", "a": 0.29, "b": 0.30,
+             "diff": correct_diff, "low": correct_low, "high": 0.01, "relative": 0.0, "relative_low": 0.0,
+             "relative_high": 0.0}])
+
+    # -40% all-attempt-wrong (interval up to -35%), correct -1 point (interval down to -1.5): met and holds
+    row = caution_goal(frame(-0.01, -0.015, -0.4, -0.35)).iloc[0]
+    assert row["met"] and row["holds"] and row["correct_points"] == pytest.approx(-1.0)
+    # the interval of the relative change reaches -20%: met on the point estimate, does not hold
+    row = caution_goal(frame(-0.01, -0.015, -0.4, -0.2)).iloc[0]
+    assert row["met"] and not row["holds"]
+    # correct down 3 points: not met
+    assert not caution_goal(frame(-0.03, -0.05, -0.4, -0.35)).iloc[0]["met"]
+    assert [length_stratum(n) for n in (1, 2, 4, 5, 9)] == [0, 1, 3, 4, 4]

@@ -131,3 +131,35 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{broken\n{"step": 2}\n')
     with pytest.raises(ValueError, match="metrics.jsonl:2"):
         read_metrics(tmp_path)
+
+
+def test_sigkill_before_any_checkpoint_then_resume_logs_each_step_once(tmp_path):
+    """Killed in step 4 of 6 with no checkpoint yet (and a torn row on top): the resumed run starts
+    over and metrics.jsonl / samples.jsonl hold steps 1..6 once each (they held 1,2,3,1,2,...,6)."""
+    data = tmp_path / "questions.jsonl"
+    save_examples([QAExample(f"q{i}", f"What is fact number {i}?", [f"answer {i}"], f"Fact {i} is answer {i}.")
+                   for i in range(7)], data)
+    run_dir = tmp_path / "run"
+    steps = ("--set", "train.steps=6", "--set", "train.save_every=0")
+    victim = start_run(run_dir, data, *steps)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 3):
+        assert victim.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "no third step within 300 s"
+        time.sleep(0.005)
+    os.kill(victim.pid, signal.SIGKILL)
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    assert not (run_dir / "checkpoints" / "latest").exists()
+    before = read_metrics(run_dir)[:3]
+    with open(metrics, "a") as handle:
+        handle.write('{"step": 4, "loss": 0.')  # a row torn by the kill
+    finish(start_run(run_dir, data, *steps, "--set", "train.resume=true"), run_dir)
+    rows = read_metrics(run_dir)
+    assert [row["step"] for row in rows] == [1, 2, 3, 4, 5, 6]
+    samples = [json.loads(line) for line in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert [sample["step"] for sample in samples] == [1, 2, 3, 4, 5, 6]
+    assert any(row["loss"] != 0 for row in rows)  # a reward that moves the weights
+    for want, have in zip(before, rows):  # the restart reproduces the killed attempt's first steps
+        for key in want.keys() - TIMING_KEYS:
+            assert_close(want[key], have[key], f"step {want['step']} {key}")

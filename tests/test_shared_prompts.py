@@ -158,3 +158,85 @@ def test_shared_prompt_pass_rule(tiny_lora):
     config.model.backend = "transformers"
     config.train.share_prompt_pass = False
     assert shares_prompt_pass(config, 1, model) is False
+
+
+# ---- the common prompt start, encoded once (rollout.share_prompt_prefix) ------------------------------------
+from fspo_lite.shared_prompts import common_prefix_length, shared_prefix_prefill  # noqa: E402
+
+DEMO = ("You are a careful assistant. Think inside <think> </think>, then answer inside <answer> </answer>.\n"
+        "Q: What is the capital of France?\nA: <think>France's capital is Paris.</think><answer>Paris</answer>\n")
+LONG_PROMPTS = [DEMO + "Q: Which river flows through Paris?\nA:", DEMO + "Q: 2+2?\nA:",
+                DEMO + "Q: What is the chemical symbol of gold, the metal?\nA:"]
+
+
+def test_common_prefix_length_reads_the_real_tokens_of_left_padded_rows():
+    ids = torch.tensor([[0, 0, 5, 6, 7], [5, 6, 8, 9, 1], [0, 5, 6, 7, 2]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+    assert common_prefix_length(ids, mask) == 2  # 5 6, then 7 / 8 / 7
+    assert common_prefix_length(ids[[0, 2]], mask[[0, 2]]) == 3  # the shorter row is all prefix
+    assert common_prefix_length(ids[:1], mask[:1]) == 3
+    assert common_prefix_length(torch.tensor([[1, 2], [3, 2]]), torch.ones(2, 2, dtype=torch.long)) == 0
+    assert common_prefix_length(torch.tensor([[0, 0], [3, 2]]), torch.tensor([[0, 0], [1, 1]])) == 0  # empty row
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_shared_prefix_cache_equals_the_full_pass(tiny_lora, samples):
+    model, tokenizer = tiny_lora
+    rows = [p for p in LONG_PROMPTS for _ in range(samples)]
+    encoded = tokenizer(rows, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    prefix = common_prefix_length(ids, mask)
+    assert prefix >= 16
+    with torch.no_grad():
+        full = model(input_ids=ids, attention_mask=mask, position_ids=prompt_positions(mask), use_cache=True)
+        shared = shared_prefix_prefill(model, ids, mask, distinct_prompts(ids, mask), prefix)
+    assert shared.get_seq_length() == ids.shape[1]
+    real = mask.bool()[:, None, :, None]
+    for mine, theirs in zip(shared.layers, full.past_key_values.layers):
+        assert mine.keys.shape == theirs.keys.shape
+        assert torch.allclose(mine.keys * real, theirs.keys * real, atol=1e-5)
+        assert torch.allclose(mine.values * real, theirs.values * real, atol=1e-5)
+
+
+def _long_rollout(model, tokenizer, share_prefix: bool, samples: int = 2, do_sample: bool = False):
+    engine = TransformersRollout(model, tokenizer, max_new_tokens=8, share_prompt_prefix=share_prefix)
+    torch.manual_seed(0)
+    return engine.generate(LONG_PROMPTS, samples, do_sample=do_sample)
+
+
+@pytest.mark.parametrize("samples", [1, 2])
+def test_greedy_rollout_is_the_same_with_a_shared_prompt_start(tiny_lora, samples):
+    model, tokenizer = tiny_lora
+    full = _long_rollout(model, tokenizer, False, samples)
+    shared = _long_rollout(model, tokenizer, True, samples)
+    assert torch.equal(full.completion_ids, shared.completion_ids) and full.texts == shared.texts
+
+
+def test_shared_prompt_start_is_encoded_once(tiny_lora):
+    model, tokenizer = tiny_lora
+    shapes = []
+    hook = model.get_base_model().model.embed_tokens.register_forward_hook(
+        lambda module, inputs, output: shapes.append(tuple(inputs[0].shape)))
+    try:
+        _long_rollout(model, tokenizer, True, samples=2)
+    finally:
+        hook.remove()
+    assert shapes[0][0] == 1 and shapes[0][1] >= 16  # the common start, once
+    assert shapes[1][0] == 3  # each distinct prompt's rest
+    assert shapes[2] == (6, 1)  # then generate feeds the last prompt token of every row
+
+
+@pytest.mark.slow
+def test_real_model_answers_the_same_with_a_shared_prompt_start():
+    """SmolLM2-135M on knowledge-base prompts (system prompt and demonstrations shared): the same greedy answers."""
+    from fspo_lite.config import Config, ModelConfig
+    from fspo_lite.data import load_examples
+    from fspo_lite.prompts import prompt_text
+
+    model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=False))
+    prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]
+    texts = []
+    for share in (False, True):
+        engine = TransformersRollout(model, tokenizer, max_new_tokens=24, share_prompt_prefix=share)
+        texts.append(engine.generate(prompts, 2, do_sample=False).texts)
+    assert texts[0] == texts[1]

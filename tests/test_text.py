@@ -152,3 +152,16 @@ def test_sentence_spans_unicode_and_newlines():
     pieces = [text[s:e] for s, e in spans]
     assert pieces[-1] == "Sure" and all(p == p.strip() and p for p in pieces)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+def test_near_duplicate_count_by_word_jaccard():
+    from fspo_lite.text import near_duplicate_count
+
+    assert near_duplicate_count(["Paris is big.", "paris is BIG", "Lyon is big."]) == 1
+    # {paris, is, capital, of, france} vs {paris, is, capital, of, france, too}: Jaccard 5/6 >= 0.8
+    assert near_duplicate_count(["Paris is the capital of France.", "Paris is the capital of France too."]) == 1
+    # 4/6 < 0.8: not a duplicate at the default, a duplicate at 0.6
+    assert near_duplicate_count(["Paris is capital of France.", "Paris is capital of Spain."]) == 0
+    assert near_duplicate_count(["Paris is capital of France.", "Paris is capital of Spain."], threshold=0.6) == 1
+    assert near_duplicate_count(["...", "...", "", "A."]) == 0  # no words: never counted
+    assert near_duplicate_count(["x y", "x y", "x y"]) == 2

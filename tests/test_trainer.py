@@ -100,8 +100,10 @@ def test_resume_continues_the_same_run(tmp_path, tiny_policy, varied_rewards):
     resumed = Trainer(tiny_config(tmp_path, "train.steps=2", "train.resume=true"),
                       copy.deepcopy(tiny_policy[0]), tokenizer, EXAMPLES, progress=False)
     assert resumed.step_index == 1 and resumed.sampler.position == 2
+    before = lora_weights(resumed.model)
     resumed.train()
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    assert any(not torch.equal(before[k], v) for k, v in lora_weights(resumed.model).items())  # the step trained
 
 
 def test_truncated_checkpoint_is_detected(tmp_path, tiny_policy, varied_rewards):

@@ -243,6 +243,17 @@ def test_mean_gain_by_hand():
     assert mean_gain(with_evidence, without, mask).tolist() == pytest.approx([(2.0 + 0.5) / 2, 0.5])
 
 
+def test_likelihood_gains_are_the_same_with_a_shared_evidence_pass(tiny_policy):
+    from fspo_lite.verifiers import LikelihoodVerifier
+
+    model, tokenizer = tiny_policy
+    evidence = [EVIDENCE, EVIDENCE, "Gold has the symbol Au.", EVIDENCE]  # repeats, and one of another length
+    sentences = [SENTENCES[0], SENTENCES[1], "Gold is Au.", SENTENCES[0] + " Indeed."]
+    gains = [LikelihoodVerifier(model, tokenizer, batch_size=4, share_evidence=share).gains(evidence, sentences)
+             for share in (False, True)]
+    assert gains[1] == pytest.approx(gains[0], abs=1e-5)
+
+
 def test_likelihood_contract_on_the_tiny_model(tiny_policy):
     from fspo_lite.verifiers import LikelihoodVerifier
 

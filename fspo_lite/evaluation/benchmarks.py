@@ -1,8 +1,9 @@
 """Benchmark registry and loaders: where each benchmark's data comes from and what one item is.
 
-Each benchmark has up to three default sources, tried in order: the project's bundled data, the
-team's `../shared/data/<file>` beside the repository, then a hub id (needs network and `datasets`).
-Any of them is replaced by `evaluation.sources.<name>`: a bundled name, a local file or `hf:<id>`.
+Each benchmark has up to three default sources, tried in order: its file in the data folder (the full
+release, put there by `python -m fspo_lite data prepare`, see `fspo_lite.data_files`), the project's bundled
+data (a sample for TruthfulQA and HaluEval-QA), then a hub id (needs network and `datasets`). Any of them is
+replaced by `evaluation.sources.<name>`: a bundled name, a local file, `data:<name>` or `hf:<id>`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data import DATA_DIR, DataError, QAExample, load_examples, read_rows
-
-SHARED_DATA = DATA_DIR.parent.parent / "shared" / "data"
+from ..data import DataError, QAExample, load_examples, read_rows
+from ..data_files import data_dir
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Benchmark:
     """short_qa (SimpleQA-style grades + decomposition + step hallucination) | math (pass@k) |
     truthfulqa_mc | truthfulqa_gen | halueval | halluqa."""
     bundled: str | None = None
-    shared: str | None = None
+    file: str | None = None
+    """Its file in the data folder (`fspo_lite.data_files.DATA_FILES`)."""
     hub: str | None = None
     description: str = ""
 
@@ -35,19 +36,19 @@ BENCHMARKS = {b.name: b for b in [
               description="bundled knowledge-base QA (data.eval), SimpleQA-style grades and step hallucination"),
     Benchmark("multihop", "short_qa", bundled="bundled:multihop_test",
               description="bundled hand-written two-hop questions with evidence paragraphs"),
-    Benchmark("hotpotqa", "short_qa", shared="hotpotqa_train.jsonl", hub="hf:hotpot_qa:distractor@validation",
+    Benchmark("hotpotqa", "short_qa", file="hotpotqa_train", hub="hf:hotpot_qa:distractor@validation",
               description="HotpotQA closed-book: answer EM/F1 and step hallucination against the gold paragraphs"),
-    Benchmark("truthfulqa_mc", "truthfulqa_mc", bundled="bundled:truthfulqa_sample", shared="truthfulqa.jsonl",
+    Benchmark("truthfulqa_mc", "truthfulqa_mc", bundled="bundled:truthfulqa_sample", file="truthfulqa",
               hub="hf:truthful_qa:multiple_choice@validation", description="TruthfulQA MC1/MC2, 6-shot QA primer"),
-    Benchmark("truthfulqa_gen", "truthfulqa_gen", bundled="bundled:truthfulqa_sample", shared="truthfulqa.jsonl",
+    Benchmark("truthfulqa_gen", "truthfulqa_gen", bundled="bundled:truthfulqa_sample", file="truthfulqa",
               hub="hf:truthful_qa:generation@validation", description="TruthfulQA generation, judged"),
-    Benchmark("halueval", "halueval", bundled="bundled:halueval_qa_sample", shared="halueval_qa_test.jsonl",
+    Benchmark("halueval", "halueval", bundled="bundled:halueval_qa_sample", file="halueval_qa_test",
               hub="hf:pminervini/HaluEval:qa@data", description="HaluEval-QA: the model judges candidate answers"),
-    Benchmark("halluqa", "halluqa", shared="halluqa.jsonl",
+    Benchmark("halluqa", "halluqa", file="halluqa",
               description="HalluQA (Chinese): non-hallucination rate per category, judged"),
-    Benchmark("gsm8k", "math", shared="gsm8k_test.jsonl", hub="hf:openai/gsm8k:main@test",
+    Benchmark("gsm8k", "math", file="gsm8k_test", hub="hf:openai/gsm8k:main@test",
               description="GSM8K test: pass@1 / pass@k"),
-    Benchmark("math500", "math", shared="math500_test.jsonl", hub="hf:HuggingFaceH4/MATH-500@test",
+    Benchmark("math500", "math", file="math500_test", hub="hf:HuggingFaceH4/MATH-500@test",
               description="MATH-500: pass@1 / pass@k"),
     Benchmark("aime2024", "math", hub="hf:HuggingFaceH4/aime_2024@train", description="AIME 2024 (hub)"),
     Benchmark("aime2025", "math", hub="hf:yentinglin/aime_2025@train", description="AIME 2025 (hub)"),
@@ -61,25 +62,28 @@ def benchmark(name: str) -> Benchmark:
         raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}") from None
 
 
-def resolve(name: str, sources: dict[str, str] | None = None, shared_dir: Path = SHARED_DATA) -> str:
-    """The data spec a benchmark reads: the override, else bundled, else ../shared/data, else the hub id."""
+def resolve(name: str, sources: dict[str, str] | None = None, folder: Path | None = None) -> str:
+    """The data spec a benchmark reads: the override, else its file in the data folder (`folder`, default
+    `data_dir()`), else the bundled data, else the hub id."""
     entry = benchmark(name)
     if sources and sources.get(name):
         return sources[name]
+    folder = folder if folder is not None else data_dir()
+    if entry.file and (folder / f"{entry.file}.jsonl").is_file():
+        return str(folder / f"{entry.file}.jsonl")
     if entry.bundled:
         return entry.bundled
-    if entry.shared and (shared_dir / entry.shared).exists():
-        return str(shared_dir / entry.shared)
     if entry.hub:
         return entry.hub
-    raise DataError(f"benchmark {name!r} has no bundled data and {shared_dir / str(entry.shared)} is missing; "
-                    f"give a local file with evaluation.sources.{name}=PATH")
+    raise DataError(f"benchmark {name!r} has no bundled data and {folder / f'{entry.file}.jsonl'} is missing: run "
+                    f"`python -m fspo_lite data prepare {entry.file} --from DIR` with a local copy, or give a file "
+                    f"with evaluation.sources.{name}=PATH")
 
 
-def offline_available(name: str, sources: dict[str, str] | None = None, shared_dir: Path = SHARED_DATA) -> bool:
-    """True when the benchmark's data is on this machine (bundled, ../shared or a local override)."""
+def offline_available(name: str, sources: dict[str, str] | None = None, folder: Path | None = None) -> bool:
+    """True when the benchmark's data is on this machine (data folder, bundled, or a local override)."""
     try:
-        spec = resolve(name, sources, shared_dir)
+        spec = resolve(name, sources, folder)
     except DataError:
         return False
     return not spec.startswith("hf:")

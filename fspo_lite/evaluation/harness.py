@@ -20,7 +20,7 @@ import torch
 
 from ..prompts import prompt_text, render_prompt
 from ..rewards import outcome_reward, step_factuality, verify_sentences
-from ..text import extract_answer, parse_number
+from ..text import NEAR_DUPLICATE_JACCARD, extract_answer, near_duplicate_count, parse_number
 from . import metrics as M
 from .benchmarks import BENCHMARKS, load_items, resolve
 from .judges import build_judge
@@ -66,8 +66,10 @@ class _Context:
             model, tokenizer, max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
             top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size,
             max_prompt_tokens=config.data.max_prompt_tokens, progress=progress)
-        self._verifier, self._judges = None, {}
+        self._verifier, self._extra_verifiers, self._judges = None, None, {}
         self.tokens = 0
+        self.last_token_counts: list[int] = []
+        """Generated tokens of each text of the last `generate` call (its order)."""
 
     def generate(self, prompts: list[str], max_new_tokens: int | None = None, samples: int | None = None) -> list[str]:
         """k completions per prompt, in prompt order (row i * k + j is sample j of prompt i). Prompts are
@@ -77,9 +79,12 @@ class _Context:
         rollout = self.engine.generate([prompts[i] for i in order], samples, do_sample=self.ev.temperature > 0,
                                        max_new_tokens=max_new_tokens)
         self.tokens += int(rollout.completion_mask.sum())
-        texts = [""] * len(rollout.texts)
+        counts = [int(c) for c in rollout.completion_mask.sum(dim=1).tolist()]
+        texts, self.last_token_counts = [""] * len(rollout.texts), [0] * len(rollout.texts)
         for position, index in enumerate(order):
             texts[index * samples : (index + 1) * samples] = rollout.texts[position * samples : (position + 1) * samples]
+            self.last_token_counts[index * samples : (index + 1) * samples] = counts[
+                position * samples : (position + 1) * samples]
         return texts
 
     def verifier(self):
@@ -96,6 +101,26 @@ class _Context:
                 self._verifier = (build_verifier(dataclasses.replace(settings, name="lexical")), "lexical")
         return self._verifier
 
+    def verifiers(self):
+        """[(verifier, name)]: the main step verifier, then each of evaluation.extra_step_verifiers not already
+        in the list (these do not fall back: a judge that cannot load stops the evaluation)."""
+        if self._extra_verifiers is None:
+            from ..models import ModelLoadError
+            from ..verifiers import build_verifier
+
+            self._extra_verifiers = []
+            names = {self.verifier()[1]}
+            for name in self.ev.extra_step_verifiers:
+                if name in names:
+                    continue
+                names.add(name)
+                try:
+                    verifier = build_verifier(dataclasses.replace(self.config.verifier, name=name))
+                except ModelLoadError as error:
+                    raise ModelLoadError(f"extra step verifier '{name}' could not load: {error}") from error
+                self._extra_verifiers.append((verifier, name))
+        return [self.verifier(), *self._extra_verifiers]
+
     def judge(self, language: str):
         if language not in self._judges:
             self._judges[language] = build_judge(self.ev.judge, language, self.config)
@@ -111,23 +136,33 @@ def _grouped(texts: list[str], k: int) -> list[list[str]]:
 
 
 def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
-    """SimpleQA-style grades, the k-sample decomposition, EM/F1 and the step hallucination rate."""
+    """SimpleQA-style grades, the k-sample decomposition, EM/F1, the step hallucination rate of every judge
+    (evaluation.step_verifier and evaluation.extra_step_verifiers) and per-response sentence counts."""
     config, k = ctx.config, ctx.ev.samples
     prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
     texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]
+    token_counts = list(ctx.last_token_counts)
     expanded = [e for e in items for _ in range(k)]
-    verifier, verifier_name = ctx.verifier()
-    verdicts = verify_sentences(expanded, texts, verifier, config.verifier.threshold, require_format=False)
+    judges = ctx.verifiers()
+    verdicts_by_judge = {judge_name: verify_sentences(expanded, texts, verifier, config.verifier.threshold,
+                                                      require_format=False) for verifier, judge_name in judges}
+    main_name = judges[0][1]
+    verdicts = verdicts_by_judge[main_name]
     records, grades, ems, f1s, formats = [], [], [], [], []
     for index, (example, text, verdict) in enumerate(zip(expanded, texts, verdicts)):
         outcome = outcome_reward(example, text)
         grade = M.simpleqa_grade(outcome.correct, outcome.unknown)
         em, f1 = float(outcome.correct), outcome.f1  # EM / best token F1 over the gold answers (grade_answer)
         grades.append(grade), ems.append(em), f1s.append(f1), formats.append(outcome.format_ok)
+        sentences = [text[a:b] for a, b in verdict.spans]
         records.append({"benchmark": name, "id": example.id, "sample": index % k, "prompt": prompts[index // k],
                         "output": text, "answer": outcome.answer, "gold": example.answers, "grade": grade,
                         "em": em, "f1": f1, "format_ok": outcome.format_ok,
-                        "sentence_labels": verdict.labels})
+                        "sentence_labels": verdict.labels,
+                        "sentence_labels_by_judge": {j: v[index].labels for j, v in verdicts_by_judge.items()},
+                        "sentence_spans": [list(span) for span in verdict.spans],
+                        "response_tokens": token_counts[index] if index < len(token_counts) else None,
+                        "near_duplicate_sentences": near_duplicate_count(sentences)})
     n = len(items)
     rows = [_row(name, metric, value, len(grades), "SimpleQA-style grade (EM after normalisation; 'Unknown' = "
                  "not attempted)") for metric, value in M.simpleqa_summary(grades).items()]
@@ -136,7 +171,22 @@ def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], lis
              _row(name, "format_rate", M.mean([float(f) for f in formats]), len(formats), "<think>/<answer> tags")]
     factual, verified = step_factuality(verdicts)
     rows.append(_row(name, "step_hallucination_rate", 1 - factual if verified else math.nan, verified,
-                     f"verifier: {verifier_name} (share of checkable reasoning sentences unsupported by the evidence)"))
+                     f"verifier: {main_name} (share of checkable reasoning sentences unsupported by the evidence)"))
+    for judge_name, judged in verdicts_by_judge.items():
+        counts = [M.sentence_counts(v.labels) for v in judged]
+        by = f"verifier: {judge_name}"
+        rate = M.ratio_of_sums([c["unsupported"] for c in counts], [c["checkable"] for c in counts])
+        rows += [_row(name, f"step_hallucination@{judge_name}", rate, sum(c["checkable"] for c in counts),
+                      by + " (unsupported / checkable reasoning sentences)"),
+                 *[_row(name, f"{key}_per_response@{judge_name}", M.mean([c[key] for c in counts]), len(counts),
+                        by + f" ({key} reasoning sentences per response)")
+                   for key in ("supported", "unsupported", "checkable")]]
+    by = "per response, reasoning sentences inside <think>"
+    rows += [_row(name, "sentences_per_response", M.mean([len(v.spans) for v in verdicts]), len(verdicts), by),
+             _row(name, "near_duplicates_per_response", M.mean([r["near_duplicate_sentences"] for r in records]),
+                  len(records), by + f" repeating an earlier one (word Jaccard >= {NEAR_DUPLICATE_JACCARD})"),
+             _row(name, "response_tokens", M.mean([r["response_tokens"] for r in records]), len(records),
+                  "generated tokens per response")]
     rows += [_row(name, f"decomp_{cls}", value, n, f"percent of questions, k={k} samples")
              for cls, value in M.decomposition(_grouped(grades, k)).items()]
     return rows, records

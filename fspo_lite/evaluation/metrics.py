@@ -125,3 +125,18 @@ def halueval_correct(reply: str | None, is_hallucinated: bool) -> bool:
 def mean(values: Sequence[float]) -> float:
     values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return sum(values) / len(values) if values else math.nan
+
+
+def sentence_counts(labels: Sequence[int]) -> dict[str, int]:
+    """One response's reasoning sentences by a judge's labels (+1 supported, -1 unsupported, 0 not checkable):
+    supported, unsupported, checkable (= supported + unsupported) and all sentences."""
+    supported, unsupported = sum(1 for x in labels if x > 0), sum(1 for x in labels if x < 0)
+    return {"supported": supported, "unsupported": unsupported, "checkable": supported + unsupported,
+            "sentences": len(labels)}
+
+
+def ratio_of_sums(numerators: Sequence[float], denominators: Sequence[float]) -> float:
+    """sum(numerators) / sum(denominators), NaN when the denominators add up to 0 (e.g. the step
+    hallucination rate: unsupported over checkable sentences, pooled over responses)."""
+    total = sum(denominators)
+    return sum(numerators) / total if total else math.nan

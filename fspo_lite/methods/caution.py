@@ -1,4 +1,4 @@
-"""Factuality GRPO with a caution reward (docs: ALGORITHMS section 3; docs/methods.md).
+"""Factuality GRPO with a caution reward (docs/algorithms.md section 3; docs/methods.md).
 
 Every response of a group is put in one category, then rewarded by a table that looks at the
 whole group: when any response is correct, correct answers earn 1 and "process correct" ones

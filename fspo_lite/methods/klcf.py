@@ -1,4 +1,4 @@
-"""KLCF dual-fact rewards (ALGORITHMS section 5; docs/methods.md).
+"""KLCF dual-fact rewards (docs/algorithms.md section 5; docs/methods.md).
 
 Offline, each training question gets a checklist: the claims of the base model's own sampled
 answers that the verifier supports, de-duplicated (`build_checklist`; the command is

@@ -1,4 +1,4 @@
-"""RLFH: fine-grained knowledge feedback turned into token rewards (ALGORITHMS section 4; docs/methods.md).
+"""RLFH: fine-grained knowledge feedback turned into token rewards (docs/algorithms.md section 4; docs/methods.md).
 
 For every atomic statement s of a response: a truthfulness label v_s from the verifier's support
 probability (plus a hedge check) and an informativeness level i_s in 1..5. Then

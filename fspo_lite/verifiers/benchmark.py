@@ -5,8 +5,8 @@ Two test sets:
 - HaluEval-QA: each row has a question, its evidence (`knowledge`) and one candidate answer,
   hallucinated or not. The verifier sees (evidence, claim) where the claim is the candidate
   turned into a statement together with the question (`halueval_claim`); the candidate is
-  supported iff it is not the hallucinated one. Read from ../shared/data when present, else
-  from the bundled 200-row sample `data/halueval_qa_sample.jsonl`.
+  supported iff it is not the hallucinated one. Read from the data folder's full
+  file when present (`python -m fspo_lite data prepare halueval_qa_test`), else from the bundled 200-row sample `data/halueval_qa_sample.jsonl`.
 - The gold set `data/gold_sentences.jsonl`: SmolLM2-135M reasoning sentences labeled by hand
   (supported / unsupported / not checkable); the checkable ones are scored.
 
@@ -26,10 +26,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..data import DATA_DIR
+from ..data_files import local_path
 from .base import Verifier
 from .quality import accuracy, auroc, balanced_accuracy, best_threshold, fit_logistic_1d, predict
 
-SHARED_DATA = DATA_DIR.parent.parent / "shared" / "data"
 HALUEVAL_SAMPLE = DATA_DIR / "halueval_qa_sample.jsonl"
 GOLD_SET = DATA_DIR / "gold_sentences.jsonl"
 
@@ -66,10 +66,10 @@ def load_halueval(path: str | Path, limit: int | None = None) -> list[ClaimItem]
 
 
 def halueval_file(split: str) -> Path | None:
-    """../shared/data/halueval_qa_<split>.jsonl when present; for 'test', else the bundled sample."""
-    shared = SHARED_DATA / f"halueval_qa_{split}.jsonl"
-    if shared.exists():
-        return shared
+    """halueval_qa_<split>.jsonl of the data folder when present; for 'test', else the bundled sample."""
+    full = local_path(f"halueval_qa_{split}")
+    if full is not None:
+        return full
     return HALUEVAL_SAMPLE if split == "test" and HALUEVAL_SAMPLE.exists() else None
 
 

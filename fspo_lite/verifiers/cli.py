@@ -43,7 +43,8 @@ def benchmark_command(config, names: list[str], limit: int | None, train_limit: 
         gold_items, not_checkable = load_gold(gold_path)
         datasets[f"gold ({not_checkable} not checkable left out)"] = gold_items
     if not datasets:
-        print("no test data: neither ../shared/data/halueval_qa_test.jsonl, the bundled sample, nor a gold set")
+        print("no test data: neither halueval_qa_test.jsonl in the data folder (python -m fspo_lite data prepare "
+              "halueval_qa_test), the bundled sample, nor a gold set")
         return 1
     verifiers = {}
     for name in names:
@@ -71,7 +72,8 @@ def calibrate_command(config, names: list[str], train_limit: int) -> int:
 
     train_file = halueval_file("train")
     if train_file is None:
-        print("calibration needs ../shared/data/halueval_qa_train.jsonl")
+        print("calibration needs halueval_qa_train.jsonl in the data folder: python -m fspo_lite data prepare "
+              "halueval_qa_train")
         return 1
     items = load_halueval(train_file, train_limit)
     for name in names:

@@ -49,7 +49,7 @@ class LikelihoodVerifier(Verifier):
 
     def __init__(self, model=None, tokenizer=None, name: str = "smollm2-135m", device: str = "auto",
                  batch_size: int = 8, max_evidence_tokens: int = 400, midpoint: float | None = None,
-                 slope: float | None = None, **kwargs):
+                 slope: float | None = None, share_evidence: bool = True, **kwargs):
         super().__init__(**kwargs)
         if model is None:
             from ..config import ModelConfig
@@ -63,6 +63,9 @@ class LikelihoodVerifier(Verifier):
         self.max_evidence_tokens = max_evidence_tokens
         self.midpoint = self.midpoint if midpoint is None else midpoint
         self.slope = self.slope if slope is None else slope
+        self.share_evidence = share_evidence
+        """Sentences of a batch with the same evidence share one pass over it (`fspo_lite.shared_prompts`: the
+        same gains up to float rounding); the responses to one question bring several sentences with one evidence."""
 
     @classmethod
     def from_config(cls, config) -> "LikelihoodVerifier":
@@ -87,8 +90,10 @@ class LikelihoodVerifier(Verifier):
             claim_ids, claim_mask = self._encode([" " + sentences[i].strip() for i in chunk], left=False)
             with_ids, with_mask = self._encode(contexts, left=True)
             bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)
-            with_evidence, _ = completion_logprobs(self.model, with_ids, with_mask, claim_ids, claim_mask)
-            without_evidence, _ = completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask)
+            with_evidence, _ = completion_logprobs(self.model, with_ids, with_mask, claim_ids, claim_mask,
+                                                   share_prompts=self.share_evidence)
+            without_evidence, _ = completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask,
+                                                      share_prompts=self.share_evidence)
             result += mean_gain(with_evidence.float(), without_evidence.float(), claim_mask).tolist()
         return result
 

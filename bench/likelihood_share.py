@@ -1,0 +1,69 @@
+"""The likelihood verifier with and without one shared pass per evidence (share_evidence), on the gold set.
+
+    python bench/likelihood_share.py [--repeats 2]
+
+The 157 labelled sentences of data/gold_sentences.jsonl (85 distinct evidence texts, in file order, so sentences
+of one response sit together as they do in the harness), scored in the verifier's default batches of 32 by the
+bundled SmolLM2-135M. Prints wall and process CPU seconds of each setting (median over the repeats), their ratio,
+and the largest difference in the gains (float rounding only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"), ("OMP_WAIT_POLICY", "PASSIVE")):
+    os.environ.setdefault(_name, _value)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+
+    from fspo_lite.config import ModelConfig
+    from fspo_lite.models import load_model, load_tokenizer
+    from fspo_lite.verifiers import LikelihoodVerifier
+    from fspo_lite.verifiers.cli import machine_description
+
+    rows = [json.loads(line) for line in (ROOT / "data" / "gold_sentences.jsonl").read_text().splitlines() if line]
+    evidence, sentences = [r["evidence"] for r in rows], [r["sentence"] for r in rows]
+    model, tokenizer = load_model(ModelConfig(name="smollm2-135m", lora=False)), load_tokenizer("smollm2-135m")
+    print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f}; {len(rows)} sentences, "
+          f"{len(set(evidence))} distinct evidence texts")
+    times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    gains: dict[bool, list[float]] = {}
+    for repeat in range(args.repeats):
+        for share in (False, True) if repeat % 2 == 0 else (True, False):
+            verifier = LikelihoodVerifier(model, tokenizer, batch_size=args.batch_size, share_evidence=share)
+            wall, cpu = time.perf_counter(), cpu_seconds()
+            gains[share] = verifier.gains(evidence, sentences)
+            times[share].append((time.perf_counter() - wall, cpu_seconds() - cpu))
+            print(f"repeat {repeat} share_evidence={share}: {times[share][-1][0]:.1f} s wall, "
+                  f"{times[share][-1][1]:.1f} s CPU")
+    before = [statistics.median(t[i] for t in times[False]) for i in (0, 1)]
+    after = [statistics.median(t[i] for t in times[True]) for i in (0, 1)]
+    gap = max(abs(a - b) for a, b in zip(gains[False], gains[True]))
+    print(f"without {before[0]:.1f} s wall / {before[1]:.1f} s CPU, with {after[0]:.1f} s wall / {after[1]:.1f} s "
+          f"CPU; ratio (with / without) {after[0] / before[0]:.2f} wall, {after[1] / before[1]:.2f} CPU; "
+          f"largest gain difference {gap:.2e}; load average {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

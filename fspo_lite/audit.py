@@ -1,0 +1,190 @@
+"""The blind audit: held-out reasoning sentences of two methods, labeled by a person without knowing which model
+wrote them, then unblinded and compared (docs/statistics.md, "The blind audit").
+
+    python -m fspo_lite audit sample --runs runs/study --methods grpo,fspo --n 150 \
+        --out results/study/audit_items.jsonl --key results/study/audit_key.json
+    # label audit_items.jsonl (notebook 02's LabelingSession, data/gold_sentences.md's protocol), then
+    python -m fspo_lite audit score --items results/study/audit_items.jsonl --key results/study/audit_key.json
+
+`sample` draws the same number of sentences from each method's held-out records (all seeds pooled, seeded),
+shuffles them and writes two files: the items to label (labeling.SentenceItem lines: question, evidence,
+the whole response, the sentence and its span; nothing that names the method, run or seed) and the key (item id
+-> method, run, seed, question, sample, and the automatic judges' labels). `score` reads the labels, only then the
+key, and reports each method's unsupported share of checkable sentences and the difference with a bootstrap
+interval clustered by question. The functions are pure; the two commands are thin shells.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Sequence
+
+from .labeling import LABEL_VALUES, SentenceItem, load_items, save_items
+from .report import judge_labels
+
+
+def collect_sentences(runs_dir: str | Path, methods: Sequence[str], qa: str = "kbqa") -> dict[str, list[dict]]:
+    """Per method, every held-out reasoning sentence of its runs (<runs_dir>/<run>/heldout.json names the method;
+    eval/records.jsonl holds the responses and the sentence spans the harness judged), with the judges' labels."""
+    from .rewards import reasoning_sentences
+
+    pools: dict[str, list[dict]] = {m: [] for m in methods}
+    for path in sorted(Path(runs_dir).glob("*/heldout.json")):
+        info = json.loads(path.read_text())
+        if info.get("method") not in pools or not (path.parent / "eval" / "records.jsonl").exists():
+            continue
+        for line in (path.parent / "eval" / "records.jsonl").read_text().splitlines():
+            record = json.loads(line) if line.strip() else {}
+            if record.get("benchmark") != qa:
+                continue
+            spans = record.get("sentence_spans") or [list(s) for s in reasoning_sentences(record["output"])]
+            labels = judge_labels(record, info.get("judge", "judge"))
+            for k, (start, end) in enumerate(spans):
+                pools[info["method"]].append({
+                    "method": info["method"], "run": path.parent.name, "seed": info.get("seed"),
+                    "question_id": record["id"], "sample": record.get("sample", 0), "response": record["output"],
+                    "span": [start, end], "sentence": record["output"][start:end],
+                    "judges": {j: (v[k] if k < len(v) else None) for j, v in labels.items()}})
+    return pools
+
+
+def draw_audit(pools: dict[str, list[dict]], n: int, seed: int = 0) -> list[dict]:
+    """n sentences, n / len(pools) from each method drawn without replacement (seeded), in shuffled order."""
+    per_method, remainder = divmod(n, len(pools))
+    if remainder:
+        raise ValueError(f"--n {n} does not split equally over {len(pools)} methods")
+    rng = random.Random(seed)
+    drawn = []
+    for method, pool in pools.items():
+        if len(pool) < per_method:
+            raise ValueError(f"method {method!r} has {len(pool)} held-out reasoning sentences; the audit needs "
+                             f"{per_method}")
+        drawn += rng.sample(pool, per_method)
+    rng.shuffle(drawn)
+    return drawn
+
+
+def blind_items(drawn: Sequence[dict], examples: dict, prefix: str = "audit") -> tuple[list[SentenceItem], dict]:
+    """(items to label, key): unlabeled SentenceItems numbered in the drawn order, with the question and evidence of
+    `examples` (question id -> QAExample) and no trace of the method; the key maps item ids to where each came from."""
+    items, key = [], {}
+    for number, entry in enumerate(drawn, start=1):
+        example = examples.get(entry["question_id"])
+        if example is None:
+            raise ValueError(f"question {entry['question_id']!r} is not in the evaluation data; pass the file the "
+                             "runs were evaluated on with --data")
+        item_id = f"{prefix}-{number:04d}"
+        items.append(SentenceItem(id=item_id, question=example.question, evidence=example.evidence,
+                                  response=entry["response"], sentence=entry["sentence"], span=tuple(entry["span"]),
+                                  meta={"example_id": entry["question_id"]}))
+        key[item_id] = {k: entry[k] for k in ("method", "run", "seed", "question_id", "sample", "judges")}
+    return items, key
+
+
+def score_audit(items: Sequence[SentenceItem], key: dict, methods: Sequence[str], n_resamples: int = 2000,
+                seed: int = 0, level: float = 0.95) -> dict:
+    """Unblind labeled items with the key: per method the gold-label counts and the unsupported share of checkable
+    sentences; methods[1] - methods[0] with a percentile bootstrap interval that resamples questions as clusters
+    (the same draw for both methods); per automatic judge its agreement with the human labels on the checkable
+    sentences. Every item must be labeled."""
+    import numpy as np
+
+    from . import stats
+
+    unlabeled = [item.id for item in items if item.label is None]
+    if unlabeled:
+        raise ValueError(f"{len(unlabeled)} of {len(items)} items are not labeled yet (first: {unlabeled[0]}); "
+                         "label them all before unblinding")
+    missing = [item.id for item in items if item.id not in key]
+    if missing:
+        raise ValueError(f"{len(missing)} items are not in the key (first: {missing[0]}): wrong key file?")
+    a, b = methods
+    counts = {m: {"supported": 0, "unsupported": 0, "not_checkable": 0} for m in methods}
+    questions = sorted({key[item.id]["question_id"] for item in items})
+    q_index = {q: i for i, q in enumerate(questions)}
+    num, den = {m: np.zeros((1, len(questions))) for m in methods}, {m: np.zeros((1, len(questions))) for m in methods}
+    agreement: dict[str, list[int]] = {}
+    for item in items:
+        entry = key[item.id]
+        method = entry["method"]
+        if method not in counts:
+            raise ValueError(f"item {item.id} comes from {method!r}, not one of {list(methods)}")
+        counts[method][item.label] += 1
+        value = LABEL_VALUES[item.label]
+        if value:
+            num[method][0, q_index[entry["question_id"]]] += value < 0
+            den[method][0, q_index[entry["question_id"]]] += 1
+            for judge, label in (entry.get("judges") or {}).items():
+                agreement.setdefault(judge, []).append(int(label == value))
+    share = {m: (c["unsupported"] / (c["supported"] + c["unsupported"]) if c["supported"] + c["unsupported"]
+                 else float("nan")) for m, c in counts.items()}
+    diff = stats.paired_difference(num[b], den[b], num[a], den[a], n_resamples,
+                                   np.random.default_rng(seed), level)
+    return {"methods": list(methods), "items": len(items), "questions": len(questions), "counts": counts,
+            "unsupported_share": share, "difference": f"{b} - {a}", "diff": diff["diff"], "low": diff["low"],
+            "high": diff["high"], "level": level, "n_resamples": n_resamples, "seed": seed,
+            "judge_agreement": {j: {"agree": sum(v) / len(v), "n": len(v)} for j, v in agreement.items()}}
+
+
+def audit_markdown(result: dict) -> str:
+    """The audit's numbers as a short markdown section."""
+    a, b = result["methods"]
+    pct = f"{result['level']:.0%}"
+    lines = ["## Blind audit", "",
+             f"{result['items']} held-out reasoning sentences ({result['items'] // 2} per method, "
+             f"{result['questions']} questions), labeled against the evidence with the gold-set protocol "
+             "(data/gold_sentences.md) before unblinding.", "",
+             "| method | supported | unsupported | not checkable | unsupported share of checkable |",
+             "|---|---|---|---|---|"]
+    for m in result["methods"]:
+        c = result["counts"][m]
+        lines.append(f"| {m} | {c['supported']} | {c['unsupported']} | {c['not_checkable']} | "
+                     f"{100 * result['unsupported_share'][m]:.1f}% |")
+    lines += ["", f"{b} - {a}: {100 * result['diff']:+.1f} points [{100 * result['low']:+.1f}, "
+                  f"{100 * result['high']:+.1f}] ({pct} interval, bootstrap over questions as clusters, "
+                  f"{result['n_resamples']} resamples)."]
+    if result["judge_agreement"]:
+        lines += ["", "Automatic judges against the audit labels (share of checkable sentences where they agree): "
+                  + ", ".join(f"{j} {v['agree']:.1%} (n = {v['n']})" for j, v in result["judge_agreement"].items())
+                  + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _examples(runs_dir: str | Path, data: str | None, qa: str) -> dict:
+    """Question id -> QAExample of the data the runs were evaluated on (--data, else the source recorded in a run's
+    eval/summary.json)."""
+    from .evaluation.benchmarks import load_items as load_benchmark
+
+    if data is None:
+        for summary in sorted(Path(runs_dir).glob("*/eval/summary.json")):
+            source = json.loads(summary.read_text()).get("benchmarks", {}).get(qa, {}).get("source")
+            if source:
+                data = source
+                break
+    if data is None:
+        raise ValueError(f"no {qa} source recorded under {runs_dir}; pass the evaluation data with --data")
+    return {example.id: example for example in load_benchmark(qa, data)}
+
+
+def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out: str, key_path: str,
+                   data: str | None = None, qa: str = "kbqa") -> tuple[Path, Path]:
+    """`audit sample`: draw, blind and write the items and the key."""
+    if len(methods) != 2:
+        raise ValueError("the audit compares two methods, e.g. --methods grpo,fspo")
+    drawn = draw_audit(collect_sentences(runs_dir, methods, qa), n, seed)
+    items, key = blind_items(drawn, _examples(runs_dir, data, qa))
+    save_items(items, out)
+    key_file = Path(key_path)
+    key_file.parent.mkdir(parents=True, exist_ok=True)
+    key_file.write_text(json.dumps({"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed,
+                                    "items": key}, indent=1))
+    return Path(out), key_file
+
+
+def score_command(items_path: str, key_path: str, n_resamples: int, seed: int) -> dict:
+    """`audit score`: read the labeled items first, then the key, and score."""
+    items = load_items(items_path)
+    key = json.loads(Path(key_path).read_text())
+    return score_audit(items, key["items"], key["methods"], n_resamples, seed)

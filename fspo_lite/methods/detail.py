@@ -1,0 +1,72 @@
+"""A detail-aware reward term: saying less must not pay (docs/methods.md, "Detail term").
+
+A step-wise factuality signal (FSPO's flip, a precision reward) can be satisfied by writing fewer
+checkable sentences. "Learning to Reason for Factuality" (Chen et al., arXiv 2508.05618) met the same
+effect in online RL and added a detail term that grows with the number of supported claims,
+logarithmically. fspo-lite adds the same idea on reasoning *sentences* judged against the question's
+*evidence* (not atomic claims judged against retrieved documents):
+
+    bonus = weight * log(1 + min(S, cap)) + precision_weight * S / (T + 1)
+
+S: distinct supported reasoning sentences (near-duplicates count once), T: checked sentences (supported
+or unsupported, duplicates included, so padding lowers the precision part). The bonus is added to the
+reward of a well-formed response; a malformed one keeps the format penalty. Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+def sentence_words(sentence: str) -> frozenset[str]:
+    """The lower-cased words (letters and digits) of a sentence, as a set."""
+    return frozenset(word.lower() for word in _WORD.findall(sentence))
+
+
+def word_jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a & b| / |a | b|; two empty sets are identical (1.0)."""
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def duplicate_flags(sentences: list[str], threshold: float) -> list[bool]:
+    """For each sentence, True when an earlier sentence is a near-duplicate of it (word Jaccard >= threshold).
+
+    The first of a set of near-duplicates is kept (False); each later one is flagged. Comparison is with
+    every earlier sentence, flagged or not, so a chain of small edits is caught too."""
+    words = [sentence_words(s) for s in sentences]
+    return [any(word_jaccard(words[i], words[j]) >= threshold for j in range(i)) for i in range(len(sentences))]
+
+
+@dataclass(frozen=True)
+class DetailCounts:
+    """One response's reasoning sentences as the detail term sees them."""
+
+    supported_distinct: int
+    """S: supported sentences that are not near-duplicates of an earlier sentence."""
+    checked: int
+    """T: sentences the verifier judged (+1 or -1), duplicates included."""
+    duplicates: int
+    """Sentences flagged as near-duplicates of an earlier one (any label)."""
+
+
+def detail_counts(sentences: list[str], labels: list[int], threshold: float) -> DetailCounts:
+    """Count S, T and the near-duplicates of one response from its sentences and verifier labels (+1/-1/0)."""
+    if len(sentences) != len(labels):
+        raise ValueError(f"{len(sentences)} sentences but {len(labels)} labels")
+    flags = duplicate_flags(sentences, threshold)
+    supported = sum(1 for label, duplicate in zip(labels, flags) if label > 0 and not duplicate)
+    return DetailCounts(supported, sum(1 for label in labels if label != 0), sum(flags))
+
+
+def detail_bonus(counts: DetailCounts, weight: float, cap: int, precision_weight: float = 0.0) -> float:
+    """weight * log(1 + min(S, cap)) + precision_weight * S / (T + 1)."""
+    if cap < 0:
+        raise ValueError(f"detail.cap must be >= 0, got {cap}")
+    s = counts.supported_distinct
+    return weight * math.log1p(min(s, cap)) + precision_weight * s / (counts.checked + 1)

@@ -1,0 +1,143 @@
+"""The blind audit (fspo_lite.audit): the draw, the blinding, the scoring of a synthetic labeled file, the CLI."""
+
+import json
+
+import pytest
+
+from fspo_lite import audit
+from fspo_lite.__main__ import main
+from fspo_lite.labeling import load_items, save_items
+
+QUESTIONS = {f"q{i}": (f"What is item {i}?", f"Item {i} is number {i}.") for i in range(6)}
+
+
+def _runs(root):
+    """grpo and fspo, two seeds each; every response holds two reasoning sentences per question."""
+    (root).mkdir(parents=True)
+    data = root / "questions.jsonl"
+    data.write_text("\n".join(json.dumps({"id": q, "question": text, "answers": ["x"], "evidence": evidence})
+                              for q, (text, evidence) in QUESTIONS.items()) + "\n")
+    for method in ("grpo", "fspo"):
+        for seed in (0, 1):
+            run = root / f"{method}_s{seed}"
+            (run / "eval").mkdir(parents=True)
+            (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "judge": "lexical"}))
+            (run / "eval" / "summary.json").write_text(json.dumps({"benchmarks": {"kbqa": {"source": str(data)}}}))
+            records = []
+            for q in QUESTIONS:
+                output = f"<think>{method} says {q} one. {method} says {q} two.</think><answer>x</answer>"
+                first = output.index(f"{method} says")
+                second = output.index(f"{method} says", first + 1)
+                spans = [[first, output.index(".", first) + 1], [second, output.index(".", second) + 1]]
+                records.append({"benchmark": "kbqa", "id": q, "sample": 0, "output": output, "grade": "INCORRECT",
+                                "sentence_labels": [1, -1], "sentence_spans": spans,
+                                "sentence_labels_by_judge": {"lexical": [1, -1], "embedding": [1, 1]}})
+            records.append({"benchmark": "truthfulqa_mc", "id": "t0", "mc1": 1.0, "mc2": 1.0, "grade": "CORRECT"})
+            (run / "eval" / "records.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    return root
+
+
+def test_draw_is_equal_seeded_shuffled_and_blind(tmp_path):
+    runs = _runs(tmp_path / "runs")
+    pools = audit.collect_sentences(runs, ["grpo", "fspo"])
+    assert len(pools["grpo"]) == len(pools["fspo"]) == 6 * 2 * 2
+    assert pools["fspo"][0]["sentence"] == "fspo says q0 one." and pools["fspo"][0]["judges"] == {
+        "lexical": 1, "embedding": 1}
+    drawn = audit.draw_audit(pools, 10, seed=3)
+    assert drawn == audit.draw_audit(pools, 10, seed=3) and drawn != audit.draw_audit(pools, 10, seed=4)
+    assert sum(d["method"] == "grpo" for d in drawn) == 5
+    assert [d["method"] for d in drawn] != ["grpo"] * 5 + ["fspo"] * 5  # shuffled
+    with pytest.raises(ValueError, match="split equally"):
+        audit.draw_audit(pools, 9)
+    with pytest.raises(ValueError, match="needs 30"):
+        audit.draw_audit(pools, 60)
+    out, key = audit.sample_command(str(runs), ["grpo", "fspo"], 10, 3, str(tmp_path / "items.jsonl"),
+                                    str(tmp_path / "key.json"))
+    items = load_items(out)
+    assert len(items) == 10 and all(item.label is None for item in items)
+    assert items[0].evidence == QUESTIONS[items[0].meta["example_id"]][1]
+    labeling_file = out.read_text()
+    # nothing in the file to label names the run, the seed or the judges (the method only inside the responses
+    # of this synthetic data, which spell it out on purpose)
+    for hidden in ('"method"', '"run"', '"seed"', "grpo_s", "fspo_s", '"judges"'):
+        assert hidden not in labeling_file
+    assert set(json.loads(key.read_text())["items"]) == {item.id for item in items}
+
+
+def _label(items, key, unsupported_for):
+    """Label every item: unsupported when its method is in unsupported_for, else supported; the second sentence of
+    every response not checkable."""
+    for item in items:
+        entry = key["items"][item.id]
+        if item.sentence.endswith("two."):
+            item.label = "not_checkable"
+        else:
+            item.label = "unsupported" if entry["method"] in unsupported_for else "supported"
+    return items
+
+
+def test_score_by_hand(tmp_path):
+    runs = _runs(tmp_path / "runs")
+    out, key_path = audit.sample_command(str(runs), ["grpo", "fspo"], 24, 0, str(tmp_path / "items.jsonl"),
+                                         str(tmp_path / "key.json"))
+    key = json.loads(key_path.read_text())
+    items = _label(load_items(out), key, unsupported_for={"grpo"})
+    result = audit.score_audit(items, key["items"], key["methods"], n_resamples=200)
+    checkable = {m: sum(1 for i in items if key["items"][i.id]["method"] == m and i.label != "not_checkable")
+                 for m in ("grpo", "fspo")}
+    assert result["counts"]["grpo"]["unsupported"] == checkable["grpo"] and result["counts"]["fspo"]["unsupported"] == 0
+    assert result["unsupported_share"] == {"grpo": 1.0, "fspo": 0.0}
+    # every checkable grpo sentence unsupported, every fspo one supported: -100 points in every resample
+    assert (result["diff"], result["low"], result["high"]) == (-1.0, -1.0, -1.0)
+    assert result["difference"] == "fspo - grpo"
+    # the lexical judge says +1 on first sentences: agrees with fspo's labels, not grpo's
+    agreement = result["judge_agreement"]["lexical"]
+    assert agreement["n"] == sum(checkable.values())
+    assert agreement["agree"] == pytest.approx(checkable["fspo"] / sum(checkable.values()))
+    assert "fspo - grpo: -100.0 points [-100.0, -100.0]" in audit.audit_markdown(result)
+
+
+def test_score_is_clustered_by_question():
+    """Two questions, one sentence of each method per question; question 0: both unsupported, question 1: fspo
+    supported. Clustered: resamples hold q0 twice (diff 0), q1 twice (-1) or both (-0.5)."""
+    from fspo_lite.labeling import SentenceItem
+
+    def item(i, label):
+        return SentenceItem(id=f"a{i}", question="Q", evidence="E", response="S.", sentence="S.", span=(0, 2),
+                            label=label)
+
+    items = [item(0, "unsupported"), item(1, "unsupported"), item(2, "unsupported"), item(3, "supported")]
+    key = {"a0": {"method": "grpo", "question_id": "q0"}, "a1": {"method": "fspo", "question_id": "q0"},
+           "a2": {"method": "grpo", "question_id": "q1"}, "a3": {"method": "fspo", "question_id": "q1"}}
+    result = audit.score_audit(items, key, ["grpo", "fspo"], n_resamples=4000)
+    assert result["diff"] == -0.5 and (result["low"], result["high"]) == (-1.0, 0.0)
+
+
+def test_score_refuses_unlabeled_items_and_a_wrong_key(tmp_path):
+    runs = _runs(tmp_path / "runs")
+    out, key_path = audit.sample_command(str(runs), ["grpo", "fspo"], 4, 0, str(tmp_path / "items.jsonl"),
+                                         str(tmp_path / "key.json"))
+    key = json.loads(key_path.read_text())
+    items = load_items(out)
+    with pytest.raises(ValueError, match="4 of 4 items are not labeled"):
+        audit.score_audit(items, key["items"], key["methods"])
+    items = _label(items, key, set())
+    with pytest.raises(ValueError, match="not in the key"):
+        audit.score_audit(items, {}, key["methods"])
+
+
+def test_audit_command_line(tmp_path, capsys):
+    runs = _runs(tmp_path / "runs")
+    items_path, key_path = tmp_path / "items.jsonl", tmp_path / "key.json"
+    assert main(["audit", "sample", "--runs", str(runs), "--methods", "grpo,fspo", "--n", "8", "--out",
+                 str(items_path), "--key", str(key_path)]) == 0
+    assert main(["audit", "score", "--items", str(items_path), "--key", str(key_path)]) == 2
+    assert "not labeled yet" in capsys.readouterr().err
+    key = json.loads(key_path.read_text())
+    save_items(_label(load_items(items_path), key, {"fspo"}), items_path)
+    assert main(["audit", "score", "--items", str(items_path), "--key", str(key_path), "--resamples", "50",
+                 "--json", str(tmp_path / "audit.json")]) == 0
+    assert "## Blind audit" in capsys.readouterr().out
+    assert json.loads((tmp_path / "audit.json").read_text())["unsupported_share"]["fspo"] == 1.0
+    assert main(["audit", "sample", "--runs", str(runs), "--methods", "grpo", "--n", "8", "--out",
+                 str(items_path), "--key", str(key_path)]) == 2

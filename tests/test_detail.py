@@ -1,0 +1,119 @@
+"""The detail term (fspo_lite.methods.detail) by hand, its padding guard, and its place in score_rollouts."""
+
+import math
+
+import pytest
+import torch
+
+from fspo_lite.config import Config
+from fspo_lite.data import QAExample
+from fspo_lite.methods.detail import (
+    DetailCounts,
+    detail_bonus,
+    detail_counts,
+    duplicate_flags,
+    sentence_words,
+    word_jaccard,
+)
+from fspo_lite.rewards import advantages_from_scores, score_rollouts
+from fspo_lite.rollout import Rollout, completion_mask_from_ids
+from fspo_lite.verifiers import LexicalVerifier
+
+EXAMPLE = QAExample("g", "What is the chemical symbol of gold?", ["Au"],
+                    "Gold is a chemical element with the symbol Au and atomic number 79. Gold is a dense metal.")
+
+
+def test_words_and_jaccard_by_hand():
+    assert sentence_words("Paris is the capital of France.") == sentence_words("The capital of France is Paris!")
+    a, b = sentence_words("Gold is a metal."), sentence_words("Gold is a dense metal.")
+    assert word_jaccard(a, b) == pytest.approx(4 / 5)  # {gold, is, a, metal} of {gold, is, a, dense, metal}
+    assert word_jaccard(frozenset(), frozenset()) == 1.0
+    assert word_jaccard(a, frozenset()) == 0.0
+
+
+def test_duplicate_flags_keep_the_first_and_catch_chains():
+    sentences = ["Gold is a metal.", "Gold is a dense metal.", "Au is the symbol.", "gold IS a metal"]
+    assert duplicate_flags(sentences, 0.8) == [False, True, False, True]   # 4/5 >= 0.8; exact repeat
+    assert duplicate_flags(sentences, 0.9) == [False, False, False, True]  # 4/5 < 0.9
+    assert duplicate_flags([], 0.8) == []
+
+
+def test_counts_and_bonus_by_hand():
+    sentences = ["Gold has the symbol Au.", "Gold has the symbol Au!", "Gold melts at 5 K.", "I think so."]
+    labels = [1, 1, -1, 0]
+    counts = detail_counts(sentences, labels, 0.8)
+    assert counts == DetailCounts(supported_distinct=1, checked=3, duplicates=1)
+    assert detail_bonus(counts, 0.2, 8) == pytest.approx(0.2 * math.log(2))            # 0.138629
+    assert detail_bonus(counts, 0.0, 8, precision_weight=0.5) == pytest.approx(0.5 * 1 / 4)
+    assert detail_bonus(DetailCounts(3, 5, 0), 0.2, 8, 0.5) == pytest.approx(0.2 * math.log(4) + 0.5 * 3 / 6)
+    assert detail_bonus(DetailCounts(10, 10, 0), 0.2, 8) == pytest.approx(0.2 * math.log(9))  # the cap
+    assert detail_bonus(DetailCounts(0, 4, 0), 0.2, 8, 0.5) == 0.0
+    with pytest.raises(ValueError, match="2 sentences but 1 labels"):
+        detail_counts(["a", "b"], [1], 0.8)
+    with pytest.raises(ValueError, match="cap"):
+        detail_bonus(counts, 0.2, -1)
+
+
+def test_padding_does_not_pay():
+    """One supported sentence said five times earns what it earns once, and less precision."""
+    once = detail_counts(["Gold has the symbol Au."], [1], 0.8)
+    padded = detail_counts(["Gold has the symbol Au."] * 5, [1] * 5, 0.8)
+    assert once.supported_distinct == padded.supported_distinct == 1 and padded.duplicates == 4
+    assert detail_bonus(padded, 0.2, 8) == detail_bonus(once, 0.2, 8)
+    assert detail_bonus(padded, 0, 8, 1.0) == pytest.approx(1 / 6)  # S / (T + 1) = 1 / 6
+    assert detail_bonus(once, 0, 8, 1.0) == 0.5                      # 1 / 2
+    two = detail_counts(["Gold has the symbol Au.", "Gold is a dense metal."], [1, 1], 0.8)
+    assert detail_bonus(two, 0.2, 8) > detail_bonus(padded, 0.2, 8)  # saying more, and true, does pay
+
+
+def _rollout(tokenizer, texts):
+    rows = [tokenizer(t, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for t in texts]
+    width = max(map(len, rows))
+    ids = torch.tensor([r + [tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+    mask = completion_mask_from_ids(ids, [tokenizer.eos_token_id])
+    prompt = torch.ones(len(rows), 1, dtype=torch.long)
+    return Rollout(prompt, prompt, ids, mask, texts, num_samples=len(texts))
+
+
+TEXTS = ["Gold has the symbol Au. Gold is a dense metal.</think>\n<answer>Au</answer>",
+         "Gold has the symbol Au.</think>\n<answer>Au</answer>",
+         "Gold has the symbol Au. Gold has the symbol Au.</think>\n<answer>Au</answer>",
+         "Gold has atomic number 12.</think>\n<answer>Ag</answer>",
+         "no tags at all"]
+
+
+def test_score_rollouts_adds_the_term_and_fspo_flips_on_top(smol_tokenizer):
+    rollout = _rollout(smol_tokenizer, TEXTS)
+    examples = [EXAMPLE] * 5
+    config = Config()
+    config.rollout.group_size = 5
+    plain = score_rollouts(examples, rollout, smol_tokenizer, config, LexicalVerifier())
+    assert plain.rewards.tolist() == [1.0, 1.0, 1.0, 0.0, -2.0]
+    assert [v.labels for v in plain.verdicts] == [[1, 1], [1], [1, 1], [-1], []]
+    assert plain.metrics["supported_per_response"] == pytest.approx(5 / 5)
+    assert plain.metrics["unsupported_per_response"] == pytest.approx(1 / 5)
+    assert plain.metrics["duplicate_sentences_per_response"] == pytest.approx(1 / 5)
+    assert "detail_bonus_mean" not in plain.metrics
+
+    config.detail.weight = 0.2
+    detailed = score_rollouts(examples, rollout, smol_tokenizer, config, LexicalVerifier())
+    ln2, ln3 = math.log(2), math.log(3)
+    expected = [1 + 0.2 * ln3, 1 + 0.2 * ln2, 1 + 0.2 * ln2, 0.0, -2.0]  # the repeat counts once; bad format: no term
+    assert detailed.rewards.tolist() == pytest.approx(expected)
+    assert detailed.details[2]["supported_distinct"] == 1
+    assert detailed.metrics["detail_bonus_mean"] == pytest.approx((0.2 * ln3 + 0.4 * ln2) / 5)
+    # the flip is unchanged: same mask, advantages from the new rewards
+    assert torch.equal(detailed.sentence_mask, plain.sentence_mask)
+    advantages, flipped = advantages_from_scores(detailed, rollout.completion_mask, config)
+    rewards = torch.tensor(expected)
+    group = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
+    row = 3  # a wrong answer: negative advantage; its one sentence is unsupported, so no flip there
+    assert advantages[row, 0].item() == pytest.approx(group[row].item(), abs=1e-5)
+    assert not flipped[row].any()
+
+
+def test_detail_term_needs_a_verifier(smol_tokenizer):
+    config = Config()
+    config.detail.precision_weight = 0.5
+    with pytest.raises(ValueError, match="need a verifier"):
+        score_rollouts([EXAMPLE], _rollout(smol_tokenizer, TEXTS[:1]), smol_tokenizer, config, None)

@@ -1,0 +1,54 @@
+"""Small checks of the scale-path settings: the lite job's --set reaching notebook 03."""
+
+import pytest
+
+from fspo_lite.config import ConfigError, parse_overrides
+from fspo_lite.experiment import load_profile, with_training_overrides
+
+
+def test_lite_set_reaches_the_training_notebook_overrides():
+    profile = load_profile("quick")
+    changed = with_training_overrides(profile, parse_overrides(["model.load_in_4bit=true", "train.micro_batch_size=2"]))
+    parameters = dict(changed.notebooks)
+    assert parameters["03_train_fspo.ipynb"]["overrides"] == {"model.load_in_4bit": True, "train.micro_batch_size": 2}
+    assert parameters["01_measure_hallucination.ipynb"] == dict(profile.notebooks)["01_measure_hallucination.ipynb"]
+    assert with_training_overrides(profile, {}) is profile
+
+
+def test_lite_set_rejects_unknown_keys():
+    with pytest.raises(ConfigError):
+        parse_overrides(["model.load_in_5bit=true"])
+
+
+def test_fsdp_compute_dtype_rule():
+    import torch
+
+    from fspo_lite.fsdp import compute_dtype_for
+
+    assert compute_dtype_for(torch.device("cpu"), torch.float32) is None  # CPUs compute in the weights' float32
+    assert compute_dtype_for(torch.device("cpu"), torch.bfloat16) is None
+
+
+def test_fsdp_refuses_a_4bit_base_in_one_line():
+    import torch
+
+    from fspo_lite.fsdp import shard_model
+
+    model = torch.nn.Linear(2, 2)
+    model.weight = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.uint8), requires_grad=False)
+    with pytest.raises(ValueError, match=r"floating-point weights only, this model has torch.uint8 ones .* "
+                                         r"data-parallel"):
+        shard_model(model)
+
+
+def test_accelerate_sharding_is_refused_with_the_torchrun_command():
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType
+
+    from fspo_lite.distributed import Distributed
+
+    accelerator = SimpleNamespace(num_processes=1, process_index=0, is_main_process=True, device="cpu",
+                                  distributed_type=DistributedType.FSDP, state=SimpleNamespace())
+    with pytest.raises(RuntimeError, match="train.fsdp=true and launch with torchrun"):
+        Distributed(accelerator)

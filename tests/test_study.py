@@ -1,0 +1,178 @@
+"""The study's resumable runs (fspo_lite.experiment: run_key, train_and_evaluate, evaluate_base), its profile
+tools (parameter overrides, local benchmark copies) and portable recorded commands. Tiny random model: about
+half a minute on 2 idle CPU cores."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fspo_lite import experiment, models
+from fspo_lite import trainer as trainer_module
+from fspo_lite.__main__ import _portable_argument
+from fspo_lite.data import DATA_DIR, load_examples, portable_spec
+from fspo_lite.experiment import (ROOT, evaluate_base, load_profile, local_sources, override_parameters, run_config,
+                                  run_key, train_and_evaluate)
+
+SHARED = {"model.name": "tiny", "data.train": "bundled:kbqa_train", "rollout.group_size": 2,
+          "rollout.max_new_tokens": 4, "train.steps": 2, "train.prompts_per_step": 1, "train.micro_batch_size": 2,
+          "train.save_every": 1, "verifier.name": "lexical", "evaluation.benchmarks": ["kbqa"], "evaluation.limit": 1,
+          "evaluation.samples": 2, "evaluation.temperature": 0.7, "evaluation.max_new_tokens": 4,
+          "evaluation.step_verifier": "lexical"}
+
+
+@pytest.fixture(scope="module")
+def questions():
+    return load_examples("bundled:kbqa_train", limit=3)
+
+
+def same(a: dict, b: dict) -> bool:
+    """Equal, NaN included (a judge with nothing to check gives NaN)."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def steps_logged(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_rerun_skips_a_finished_run_and_redoes_one_with_other_settings(tmp_path, questions, monkeypatch):
+    first = train_and_evaluate(SHARED, "grpo", 0, tmp_path, questions, progress=False)
+    assert first["status"] == "trained" and first["method"] == "grpo"
+    heldout = tmp_path / "grpo_s0" / "heldout.json"
+    written = heldout.read_text()
+
+    class NoTraining:
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("a finished run was trained again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer_module, "Trainer", NoTraining)
+        again = train_and_evaluate(SHARED, "grpo", 0, tmp_path, questions, progress=False)
+    assert again["status"] == "skipped" and heldout.read_text() == written
+    assert same(again["metrics"], first["metrics"]) and again["last_reward"] == first["last_reward"]
+
+    changed = train_and_evaluate({**SHARED, "train.learning_rate": 1e-3}, "grpo", 0, tmp_path, questions,
+                                 progress=False)
+    assert changed["status"] == "trained" and changed["settings_key"] != first["settings_key"]
+    assert steps_logged(tmp_path / "grpo_s0") == [1, 2]  # the old run's rows were removed, not appended to
+
+
+def test_a_run_cut_off_during_training_resumes_from_its_checkpoint(tmp_path, questions, monkeypatch):
+    calls = {"n": 0}
+    original = trainer_module.Trainer.train_step
+
+    def dies_on_the_second_step(self):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt("session over")
+        return original(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer_module.Trainer, "train_step", dies_on_the_second_step)
+        with pytest.raises(KeyboardInterrupt):
+            train_and_evaluate(SHARED, "fspo", 0, tmp_path, questions, progress=False)
+    run_dir = tmp_path / "fspo_s0"
+    assert steps_logged(run_dir) == [1] and not (run_dir / "heldout.json").exists()
+    resumed = train_and_evaluate(SHARED, "fspo", 0, tmp_path, questions, progress=False)
+    assert resumed["status"] == "resumed" and steps_logged(run_dir) == [1, 2]  # step 1 from the checkpoint
+    # that the resumed run equals the uninterrupted one is the trainer's guarantee (tests/test_resume_after_kill.py)
+
+
+def test_an_attempt_cut_off_before_its_first_checkpoint_starts_over(tmp_path, questions):
+    config = run_config(SHARED, "grpo", 1, tmp_path)
+    run_dir = Path(config.train.output_dir)
+    run_dir.mkdir(parents=True)
+    (run_dir / "run_settings.json").write_text(json.dumps({"settings_key": run_key(config, questions)}))
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward_mean": 0.0}) + "\n")
+    record = train_and_evaluate(SHARED, "grpo", 1, tmp_path, questions, progress=False)
+    assert record["status"] == "trained" and steps_logged(run_dir) == [1, 2]
+
+
+def test_base_evaluation_is_read_back_when_made_with_the_same_settings(tmp_path, monkeypatch):
+    config = run_config(SHARED, "grpo", 0, tmp_path)
+    first = evaluate_base(config, tmp_path)
+    assert first["method"] == "base" and (tmp_path / "base" / "heldout.json").exists()
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the base model was evaluated again")
+
+    monkeypatch.setattr(models, "load_policy", no_model)
+    other_method = run_config(SHARED, "caution", 3, tmp_path)  # training settings do not touch the base model
+    assert same(evaluate_base(other_method, tmp_path)["metrics"], first["metrics"])
+    with pytest.raises(AssertionError, match="evaluated again"):
+        evaluate_base(run_config({**SHARED, "evaluation.samples": 3}, "grpo", 0, tmp_path), tmp_path)
+
+
+def test_run_key_ignores_output_folders_and_resume_switches(tmp_path, questions):
+    a = run_config(SHARED, "grpo", 0, tmp_path / "a")
+    b = run_config({**SHARED, "train.resume": True, "train.save_every": 5}, "grpo", 0, tmp_path / "b")
+    assert run_key(a, questions) == run_key(b, questions)
+    assert run_key(a, questions) != run_key(run_config(SHARED, "grpo", 1, tmp_path), questions)
+    assert run_key(a, questions) != run_key(a, questions[:1])
+    assert run_key(a, sections=("model",)) == run_key(run_config(SHARED, "fspo", 2, tmp_path), sections=("model",))
+
+
+def test_local_sources_use_the_copies_present_and_say_so(tmp_path):
+    (tmp_path / "truthfulqa.jsonl").write_text("{}\n")
+    (tmp_path / "halueval_qa_test.jsonl").write_text("{}\n")
+    sources, used = local_sources(["truthfulqa_mc"], tmp_path)
+    assert sources["truthfulqa_mc"] == os.path.relpath(tmp_path / "truthfulqa.jsonl", ROOT)
+    assert used["truthfulqa_mc"].startswith("local copy")
+    # a benchmark not listed reads its bundled sample even when the data folder has its file
+    assert sources["halueval"] == "bundled:halueval_qa_sample" and sources["kbqa"] == "bundled:kbqa_test"
+    sources, used = local_sources(["truthfulqa_mc", "halueval"], tmp_path / "empty")
+    assert sources["truthfulqa_mc"] == "bundled:truthfulqa_sample"
+    assert all(text.startswith("bundled sample") for text in used.values()) and set(used) == {"truthfulqa_mc", "halueval"}
+
+
+def test_local_data_must_name_benchmarks_with_a_data_file(tmp_path):
+    (tmp_path / "p.yaml").write_text("local_data: [kbqa]\nnotebooks: []\n")
+    with pytest.raises(ValueError, match="local_data must list benchmarks"):
+        load_profile(str(tmp_path / "p.yaml"))
+
+
+def test_profile_parameter_overrides():
+    study = load_profile("study")
+    assert study.local_data and dict(study.notebooks)["03_train_fspo.ipynb"]["seeds"] == [0, 1, 2, 3, 4]
+    small = override_parameters(study, ["03.seeds=[0]", "03_train_fspo.ipynb.model=tiny",
+                                        "03.overrides.evaluation.limit=2", "01.limit=1"])
+    parameters = dict(small.notebooks)["03_train_fspo.ipynb"]
+    assert parameters["seeds"] == [0] and parameters["model"] == "tiny"
+    assert parameters["overrides"]["evaluation.limit"] == 2
+    assert parameters["overrides"]["evaluation.batch_size"] == dict(study.notebooks)["03_train_fspo.ipynb"][
+        "overrides"]["evaluation.batch_size"]  # the other overrides stay
+    assert dict(study.notebooks)["03_train_fspo.ipynb"]["seeds"] == [0, 1, 2, 3, 4]  # the profile is not changed
+    for bad in ("seeds=[0]", "03seeds=1", "99.seeds=[0]", "0.seeds=[0]"):
+        with pytest.raises(ValueError, match="profile override"):
+            override_parameters(study, [bad])
+
+
+def test_recorded_paths_are_portable(tmp_path):
+    inside = str(ROOT / "data" / "kbqa_test.jsonl")
+    assert portable_spec(inside) == "data/kbqa_test.jsonl"
+    copy = tmp_path / "kbqa_train.jsonl"
+    copy.write_bytes((DATA_DIR / "kbqa_train.jsonl").read_bytes())
+    assert portable_spec(str(copy)) == "bundled:kbqa_train"
+    copy.write_text("{}\n")  # same name, other content: kept as it is
+    assert portable_spec(str(copy)) == str(copy)
+    for unchanged in ("bundled:kbqa_train", "hf:truthful_qa", "data/x.jsonl", "", "/no/such/file.jsonl"):
+        assert portable_spec(unchanged) == unchanged
+    assert _portable_argument(f"data.train={inside}") == "data.train=data/kbqa_test.jsonl"
+    assert _portable_argument(inside) == "data/kbqa_test.jsonl"
+    assert _portable_argument("--samples") == "--samples"
+    assert _portable_argument("train.steps=2") == "train.steps=2"
+
+
+def test_results_go_where_notebook_04_writes_them(tmp_path):
+    from fspo_lite.experiment import record_timings, results_folder
+
+    assert results_folder(load_profile("study"), tmp_path) == tmp_path / "results" / "study"
+    assert results_folder(load_profile("quick"), tmp_path) == tmp_path / "results"
+    folder = tmp_path / "results" / "study"
+    folder.mkdir(parents=True)
+    summary = record_timings(folder, "study", {"03_train_fspo.ipynb": 12.0}, 12.5,
+                             {"halueval": "bundled sample (no data folder)"})
+    assert summary["job"]["benchmark_data"] == {"halueval": "bundled sample (no data folder)"}
+    assert "Benchmark data: halueval: bundled sample" in (folder / "summary.md").read_text()
+    assert "benchmark_data" not in record_timings(folder, "lite", {}, 1.0)["job"]

@@ -52,7 +52,11 @@ KNOBS: dict[str, tuple[float, float, float]] = {
     "klcf.outcome_weight": (0.0, 3.0, 0.1),
     "klcf.match_threshold": (0.0, 1.0, 0.05),
     "klcf.checklist_threshold": (0.0, 1.0, 0.05),
+    "detail.weight": (0.0, 1.0, 0.05),
+    "detail.precision_weight": (0.0, 1.0, 0.05),
 }
+DETAIL_COLUMNS = ("category", "recall", "precision", "supported_distinct", "detail_bonus")
+"""Per-response details shown in the table and the HTML when the method (or the detail term) sets them."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "caution.variant": ("both", "fact", "caution"),
     "rlfh.granularity": ("token", "sentence", "paragraph"),
@@ -163,7 +167,7 @@ def render_html(item: PlaygroundItem, tokens: list[list[str]], advantages: list[
              f"<b>gold:</b> {html.escape(', '.join(item.example.answers))}<br>"]
     for index, (row_tokens, row_values, info) in enumerate(zip(tokens, advantages, details)):
         extra = ", ".join(f"{k}={info[k]:.3g}" if isinstance(info[k], float) else f"{k}={info[k]}"
-                          for k in ("category", "recall", "precision") if k in info)
+                          for k in DETAIL_COLUMNS if k in info)
         parts.append(f"<hr><b>#{index}</b> reward={info['reward']:.3f} answer={html.escape(str(info['answer']))}"
                      f"{' ' + html.escape(extra) if extra else ''}<br>{html.escape(item.response_prefix)}")
         for token, value in zip(row_tokens, row_values):
@@ -175,14 +179,14 @@ def render_html(item: PlaygroundItem, tokens: list[list[str]], advantages: list[
 
 def reward_table(result: PlaygroundResult):
     """One row per response: its reward, answer, correctness, the method's own details (caution category,
-    KLCF recall and precision) and its mean token advantage, as a DataFrame (the playground's table)."""
+    KLCF recall and precision, the detail term's S and bonus when it is on) and its mean token advantage, as a DataFrame (the playground's table)."""
     import pandas as pd
 
     rows = []
     for index, (info, values) in enumerate(zip(result.details, result.advantages)):
         answer = "(none)" if info["answer"] is None else str(info["answer"])
         row = {"response": index, "reward": info["reward"], "answer": answer, "correct": info["correct"]}
-        row.update({k: info[k] for k in ("category", "recall", "precision") if k in info})
+        row.update({k: info[k] for k in DETAIL_COLUMNS if k in info})
         row["mean advantage"] = sum(values) / len(values) if values else 0.0
         rows.append(row)
     return pd.DataFrame(rows).set_index("response")

@@ -230,23 +230,23 @@ def same_pixels(a: bytes, b: bytes) -> bool:
     return first.shape == second.shape and abs(first - second).max() < 1e-6
 
 
-def view_state(view) -> tuple[list[list[str]], str]:
-    return table_rows(view), view.locator("img").first.get_attribute("src")
+STATE_JS = "el => [el.querySelector('table')?.innerText ?? null, el.querySelector('img')?.src ?? null]"
 
 
-def wait_for_change(view, before: tuple[list[list[str]], str]) -> float:
-    """Seconds until both the table and the bar chart under the sliders differ from `before`."""
+def view_state(view) -> list:
+    """The text of the reward table and the source of the bar chart under the sliders."""
+    return view.evaluate(STATE_JS)
+
+
+def wait_for_change(view, before: list) -> float:
+    """Seconds until both the table and the bar chart under the sliders differ from `before` (polled by the
+    page at every animation frame, so this is the update time a person sees)."""
     start = time.perf_counter()
-    while time.perf_counter() < start + 60:
-        try:
-            if view.locator("table").count() and view.locator("img").count():
-                table, image = view_state(view)
-                if table != before[0] and image != before[1]:
-                    return time.perf_counter() - start
-        except Exception:  # the output was being replaced while read
-            pass
-        time.sleep(0.02)
-    raise AssertionError("the reward table and plot did not both change within 60 s")
+    view.page.wait_for_function(f"""([el, before]) => {{
+        const [table, image] = ({STATE_JS})(el);
+        return table !== null && image !== null && table !== before[0] && image !== before[1];
+    }}""", arg=[view.element_handle(), before], polling="raf", timeout=60_000)
+    return time.perf_counter() - start
 
 
 def test_playground_sliders_update_table_and_plot(lab, page):
@@ -327,9 +327,10 @@ def test_playground_sliders_update_table_and_plot(lab, page):
 def parameterized_copy(source: Path, target: Path, parameters: dict) -> None:
     """The notebook with its parameters cell overridden (papermill's own injection), as a person would edit it."""
     import nbformat
+    from papermill.iorw import load_notebook_node
     from papermill.parameterize import parameterize_notebook
 
-    notebook = parameterize_notebook(nbformat.read(source, as_version=4), parameters)
+    notebook = parameterize_notebook(load_notebook_node(str(source)), parameters)
     nbformat.write(notebook, target)
 
 

@@ -168,7 +168,8 @@ def render_html(item: PlaygroundItem, tokens: list[list[str]], advantages: list[
     for index, (row_tokens, row_values, info) in enumerate(zip(tokens, advantages, details)):
         extra = ", ".join(f"{k}={info[k]:.3g}" if isinstance(info[k], float) else f"{k}={info[k]}"
                           for k in DETAIL_COLUMNS if k in info)
-        parts.append(f"<hr><b>#{index}</b> reward={info['reward']:.3f} answer={html.escape(str(info['answer']))}"
+        answer = "(none)" if info["answer"] is None else str(info["answer"])  # as in reward_table
+        parts.append(f"<hr><b>#{index}</b> reward={info['reward']:.3f} answer={html.escape(answer)}"
                      f"{' ' + html.escape(extra) if extra else ''}<br>{html.escape(item.response_prefix)}")
         for token, value in zip(row_tokens, row_values):
             text = html.escape(token).replace("\n", "&#8629;<br>")

@@ -127,3 +127,10 @@ def test_detail_slider_gives_the_training_reward(smol_tokenizer):
     assert table["detail_bonus"].tolist() == pytest.approx([e - f1 for e, f1 in zip(expected, [1, 0, 1, 0])], abs=1e-6)
     off = playground.compute_playground(ITEM, smol_tokenizer, "fspo")
     assert off.rewards == [1.0, 0.0, 1.0, 0.0] and "detail_bonus" not in playground.reward_table(off)
+
+
+def test_missing_answer_reads_the_same_in_table_and_text(smol_tokenizer):
+    item = playground.PlaygroundItem(ITEM.example, ["Gold is Au.</think>\n<answer>Au</answer>", "I forgot the tags."])
+    result = playground.compute_playground(item, smol_tokenizer, "grpo")
+    assert playground.reward_table(result)["answer"].tolist() == ["Au", "(none)"]
+    assert "answer=(none)" in result.html and "answer=None" not in result.html

@@ -215,7 +215,7 @@ class LabelingTool:
             self.status.value = f"not saved: {error}"
             return
         done = sum(item.label is not None for item in self.session.items)
-        self.status.value = f"saved {len(self.session.items)} items ({done} labeled) to {self.out_file}"
+        self.status.value = f"saved {len(self.session.items)} items ({done} labeled) to {shown_path(self.out_file)}"
 
     def _on_label(self, change) -> None:
         if self._showing or change["new"] is None or not self.session.items:
@@ -226,6 +226,14 @@ class LabelingTool:
     def _on_notes(self, change) -> None:
         if not self._showing and self.session.items:
             self.session.current.notes = change["new"]
+
+
+def shown_path(path: str | Path) -> str:
+    """The path relative to the working directory when it lies at most one level above it (a notebook's folder
+    and its repository root), else absolute: what a person can find again."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return absolute if relative.startswith(os.path.join("..", "..")) else relative
 
 
 LABEL_COLOURS = {1: "#c8f7c5", -1: "#f7c5c5", 0: "#e6e6e6", None: "#e6e6e6"}

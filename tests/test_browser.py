@@ -9,7 +9,7 @@ started from this environment on 127.0.0.1 with a random token, in a scratch fol
 - 02: run all cells, label two sentences (and type a note) with the labeling tool, press Save; the file must hold them;
 - 01 and 04: open the executed copies of a quick-profile run; every figure must render, no output may be an error.
 
-Set FSPO_SCREENSHOTS=docs/img to (re)write the README's screenshots of the playground and the labeling tool.
+Set FSPO_SCREENSHOTS=docs/images to (re)write the README's screenshots of the playground and the labeling tool.
 Skips with the reason when Playwright or a Chromium binary is missing (CHROMIUM=/path/to/chromium to name one).
 """
 
@@ -131,9 +131,15 @@ def page(browser):
     context.close()
 
 
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook on screen (hidden tabs stay in the page)
+
+
 def open_notebook(page, lab, path: str) -> None:
-    page.goto(f"{lab['url']}/lab/tree/{path}?token={lab['token']}")
-    page.wait_for_selector(".jp-Notebook .jp-Cell")
+    """Open the notebook in a workspace of its own: JupyterLab would otherwise restore the notebooks an earlier
+    test opened, as hidden tabs whose cells and outputs are in the page too."""
+    lab["opened"] = lab.get("opened", 0) + 1
+    page.goto(f"{lab['url']}/lab/workspaces/test{lab['opened']}/tree/{path}?token={lab['token']}")
+    page.wait_for_selector(f"{PANEL} .jp-Notebook .jp-Cell")
     page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')")  # the kernel is up
 
 
@@ -142,9 +148,9 @@ def run_all(page) -> None:
     page.click(".lm-MenuBar-itemLabel:text-is('Run')")
     page.click(".lm-Menu-itemLabel:text-is('Run All Cells')")
     page.wait_for_function("""() => {
-        const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')];
+        const prompts = [...document.querySelectorAll('PANEL .jp-CodeCell .jp-InputArea-prompt')];
         return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-    }""", timeout=RUN_TIMEOUT_MS)
+    }""".replace("PANEL", PANEL), polling=200, timeout=RUN_TIMEOUT_MS)
     page.wait_for_selector(".jp-StatusBar-Widget:has-text('Idle')")
 
 
@@ -152,17 +158,17 @@ def page_problems(page) -> list[str]:
     """Error outputs (tracebacks), widgets that did not render, and images that did not decode."""
     return page.evaluate("""() => {
         const problems = [];
-        for (const out of document.querySelectorAll('.jp-OutputArea-output')) {
+        for (const out of document.querySelectorAll('PANEL .jp-OutputArea-output')) {
             const text = out.innerText || '';
             if (text.includes('Traceback (most recent call last)') || /^\\w*(Error|Exception)\\b.*Traceback/m.test(text))
                 problems.push('error output: ' + text.slice(0, 300));
             if (text.includes('Error displaying widget') || text.includes('Loading widget'))
                 problems.push('widget not rendered: ' + text.slice(0, 200));
         }
-        for (const img of document.querySelectorAll('.jp-OutputArea-output img'))
+        for (const img of document.querySelectorAll('PANEL .jp-OutputArea-output img'))
             if (!img.complete || img.naturalWidth === 0) problems.push('image did not render');
         return problems;
-    }""")
+    }""".replace("PANEL", PANEL))
 
 
 def shot(locator, name: str) -> None:
@@ -239,14 +245,30 @@ def view_state(view) -> list:
 
 
 def wait_for_change(view, before: list) -> float:
-    """Seconds until both the table and the bar chart under the sliders differ from `before` (polled by the
-    page at every animation frame, so this is the update time a person sees)."""
+    """Seconds until both the table and the bar chart under the sliders differ from `before` (polled by the page
+    every 20 ms: the update time a person sees; not at animation frames, which a headless page may never draw)."""
     start = time.perf_counter()
     view.page.wait_for_function(f"""([el, before]) => {{
         const [table, image] = ({STATE_JS})(el);
         return table !== null && image !== null && table !== before[0] && image !== before[1];
-    }}""", arg=[view.element_handle(), before], polling="raf", timeout=60_000)
+    }}""", arg=[view.element_handle(), before], polling=20, timeout=60_000)
     return time.perf_counter() - start
+
+
+def drag_slider(page, box, section: str, key: str, fraction: float) -> float:
+    """Open the accordion section, drag the slider's handle to `fraction` of its track with the mouse, and
+    return the value its readout then shows."""
+    box.locator(f".jupyter-widget-Collapse-header:has-text('{section}')").click()
+    slider = box.locator(f".widget-slider:has(label:text-is('{key}'))")
+    handle, track = slider.locator(".noUi-handle"), slider.locator(".noUi-target")
+    handle.wait_for()
+    track_box, handle_box = track.bounding_box(), handle.bounding_box()
+    y = handle_box["y"] + handle_box["height"] / 2
+    page.mouse.move(handle_box["x"] + handle_box["width"] / 2, y)
+    page.mouse.down()
+    page.mouse.move(track_box["x"] + fraction * track_box["width"], y, steps=8)
+    page.mouse.up()
+    return float(slider.locator(".widget-readout").inner_text())
 
 
 def test_playground_sliders_update_table_and_plot(lab, page):
@@ -272,33 +294,33 @@ def test_playground_sliders_update_table_and_plot(lab, page):
     assert same_pixels(page_png(view), expected_png(default, response_index))
 
     # open the "reward" section and drag reward.step_reward_lambda about two thirds along its track
-    box.locator(".jupyter-widget-Collapse-header:has-text('reward')").click()
-    slider = box.locator(".widget-slider:has(label:text-is('reward.step_reward_lambda'))")
-    handle, track = slider.locator(".noUi-handle"), slider.locator(".noUi-target")
-    handle.wait_for()
     before = view_state(view)
-    track_box, handle_box = track.bounding_box(), handle.bounding_box()
-    page.mouse.move(handle_box["x"] + handle_box["width"] / 2, handle_box["y"] + handle_box["height"] / 2)
-    page.mouse.down()
-    page.mouse.move(track_box["x"] + 0.66 * track_box["width"], handle_box["y"] + handle_box["height"] / 2, steps=8)
-    page.mouse.up()
+    step_lambda = drag_slider(page, box, "reward", "reward.step_reward_lambda", 0.66)
     slider_seconds = wait_for_change(view, before)
-    step_lambda = float(slider.locator(".widget-readout").inner_text())
     assert step_lambda > 0
-    shaped = compute_playground(items[item_index], tokenizer, "fspo", {"reward.step_reward_lambda": step_lambda},
-                                verifier=verifier)
+    settings = {"reward.step_reward_lambda": step_lambda}
+    shaped = compute_playground(items[item_index], tokenizer, "fspo", settings, verifier=verifier)
     assert shaped.rewards != default.rewards
     shown = table_rows(view)
     assert same_table(shown, reward_table(shaped)), (shown, reward_table(shaped))
     assert same_pixels(page_png(view), expected_png(shaped, response_index))
+
+    # the detail term's weight: its bonus joins the reward, and its columns the table
+    before = view_state(view)
+    settings["detail.weight"] = drag_slider(page, box, "detail", "detail.weight", 0.4)
+    detail_seconds = wait_for_change(view, before)
+    assert settings["detail.weight"] > 0
+    detailed = compute_playground(items[item_index], tokenizer, "fspo", settings, verifier=verifier)
+    shown = table_rows(view)
+    assert "detail_bonus" in shown[0] and same_table(shown, reward_table(detailed)), (shown, reward_table(detailed))
+    assert same_pixels(page_png(view), expected_png(detailed, response_index))
     shot(box, "playground.png")
 
-    # another method in the dropdown: caution keeps the slider's value (it reads no step reward)
+    # another method in the dropdown: caution keeps the sliders' values (it reads no step reward)
     before = view_state(view)
     box.locator(".widget-dropdown:has(label:text-is('method')) select").select_option("caution")
     dropdown_seconds = wait_for_change(view, before)
-    caution = compute_playground(items[item_index], tokenizer, "caution", {"reward.step_reward_lambda": step_lambda},
-                                 verifier=verifier)
+    caution = compute_playground(items[item_index], tokenizer, "caution", settings, verifier=verifier)
     shown = table_rows(view)
     assert same_table(shown, reward_table(caution)), (shown, reward_table(caution))
     assert "category" in shown[0]
@@ -312,14 +334,14 @@ def test_playground_sliders_update_table_and_plot(lab, page):
         before = view_state(view)
         box.locator(".widget-dropdown:has(label:text-is('example')) select").select_option(index=index)
         example_seconds.append(wait_for_change(view, before))
-        expected = compute_playground(items[index], tokenizer, "caution", {"reward.step_reward_lambda": step_lambda},
-                                      verifier=verifier)
+        expected = compute_playground(items[index], tokenizer, "caution", settings, verifier=verifier)
         assert same_table(table_rows(view), reward_table(expected)), index
     assert page_problems(page) == []
     print(f"\nplayground update in the browser, example dropdown over the other bundled examples: "
           + ", ".join(f"{t:.2f}" for t in example_seconds) + " s")
-    print(f"playground update in the browser (bundled example {item_index}): slider -> new table and plot "
-          f"{slider_seconds:.2f} s, method dropdown -> new table and plot {dropdown_seconds:.2f} s")
+    print(f"playground update in the browser (bundled example {item_index}): step_reward_lambda slider -> new table "
+          f"and plot {slider_seconds:.2f} s, detail.weight slider {detail_seconds:.2f} s, method dropdown "
+          f"{dropdown_seconds:.2f} s")
 
 
 # ---------------------------------------------------------------- 02: the labeling tool
@@ -350,10 +372,12 @@ def test_labeling_tool_saves_what_was_clicked(lab, page):
     tool.locator(".widget-toggle-button:text-is('supported')").click()
     tool.locator(".widget-text input").fill("stated in the evidence")
     tool.locator("button:text-is('next >')").click()
-    page.wait_for_function("el => el.innerText.includes('2/')", arg=tool.locator(".widget-html").element_handle())
+    page.wait_for_function("el => el.innerText.includes('2/')", arg=tool.locator(".widget-html").element_handle(),
+                           polling=50, timeout=60_000)
     tool.locator(".widget-toggle-button:text-is('unsupported')").click()
     tool.locator("button:text-is('< prev')").click()  # back to the first: its label and note must survive
-    page.wait_for_function("el => el.innerText.includes('1/')", arg=tool.locator(".widget-html").element_handle())
+    page.wait_for_function("el => el.innerText.includes('1/')", arg=tool.locator(".widget-html").element_handle(),
+                           polling=50, timeout=60_000)
     assert tool.locator(".widget-text input").input_value() == "stated in the evidence"
     tool.locator("button:text-is('Save')").click()
     tool.locator(".widget-label:has-text('saved')").wait_for()
@@ -381,12 +405,12 @@ def test_quick_run_notebooks_show_their_figures(lab, page):
         stored = sum("image/png" in output.get("data", {}) for cell in json.loads(executed.read_text())["cells"]
                      for output in cell.get("outputs", []))
         open_notebook(page, lab, f"quick/results/notebooks/{name}")
-        images = page.locator(".jp-OutputArea-output img")
+        images = page.locator(f"{PANEL} .jp-OutputArea-output img")
         images.first.wait_for()
-        page.wait_for_function("() => [...document.querySelectorAll('.jp-OutputArea-output img')]"
-                               ".every(i => i.complete)")
+        page.wait_for_function(f"() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output img')]"
+                               ".every(i => i.complete)", polling=100, timeout=60_000)
         assert images.count() == stored >= least, (name, images.count(), stored)
         assert page_problems(page) == [], name
-        sizes = page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea-output img')]"
+        sizes = page.evaluate(f"() => [...document.querySelectorAll('{PANEL} .jp-OutputArea-output img')]"
                               ".map(i => [i.naturalWidth, i.naturalHeight])")
         assert all(w > 100 and h > 100 for w, h in sizes), (name, sizes)

@@ -4,13 +4,16 @@
 started from this environment on 127.0.0.1 with a random token, in a scratch folder holding copies of the notebooks
 (so autosave never writes outputs into notebooks/). The tests then, through the page only:
 
-- 05: run all cells, drag a reward slider and pick another method in the dropdown; the reward table and the bar
-  chart under the sliders must become what `fspo_lite.playground` computes for those settings;
+- 05: run all cells, drag two reward sliders (reward.step_reward_lambda, detail.weight), pick another method and every
+  example in the dropdowns; the reward table and the bar chart under the sliders must become what
+  `fspo_lite.playground` computes for those settings (the update times are printed, not asserted);
 - 02: run all cells, label two sentences (and type a note) with the labeling tool, press Save; the file must hold them;
 - 01 and 04: open the executed copies of a quick-profile run; every figure must render, no output may be an error.
 
 Set FSPO_SCREENSHOTS=docs/images to (re)write the README's screenshots of the playground and the labeling tool.
-Skips with the reason when Playwright or a Chromium binary is missing (CHROMIUM=/path/to/chromium to name one).
+Skips with the reason when Playwright or a Chromium binary is missing (CHROMIUM=/path/to/chromium to name one), and
+in any run that does not select the `browser` marker (tests/conftest.py): about 5 minutes on 2 CPU cores, too long
+for `make test`.
 """
 
 from __future__ import annotations

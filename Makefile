@@ -7,7 +7,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test test-fast test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
+.PHONY: setup test test-fast test-browser test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,18 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" --timeout=600
+
+# The notebooks in JupyterLab in a headless Chromium (tests/test_browser.py; several minutes, so not in `make test`).
+# Debian's chromium from apt when no browser is found and apt can run (root); Playwright from the `browser` extra; never
+# a downloaded browser. Without a Chromium the tests skip and say why. FSPO_SCREENSHOTS=docs/images rewrites the
+# README's screenshots; CHROMIUM=/path/to/chromium names the browser.
+test-browser: $(STAMP)
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || test -n "$$CHROMIUM" || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "no Chromium and no root apt-get: run 'sudo apt-get install chromium' (the browser tests will skip)"; fi
+	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[browser]'
+	$(BIN)/python -m pytest -q -s -m browser --timeout=1800 tests/test_browser.py
 
 train-smoke: $(STAMP)
 	$(BIN)/python -m fspo_lite train --config configs/smoke_smollm2.yaml

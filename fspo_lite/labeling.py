@@ -158,6 +158,84 @@ class LabelingSession:
         return result
 
 
+class LabelingTool:
+    """The labeling widgets of notebook 02 (ipywidgets), driving a `LabelingSession`.
+
+    Pick a label (the sentence is recoloured at once), type an optional note (kept with the item as you
+    type), move with prev / next / next unlabeled, and Save writes `out_file` (JSON lines, gold format).
+    Moving never copies one item's label or note onto another. Display `tool.widget`.
+    """
+
+    def __init__(self, session: LabelingSession, out_file: str | Path):
+        import ipywidgets as widgets
+
+        self.session, self.out_file = session, Path(out_file)
+        self.view = widgets.HTML()
+        self.choice = widgets.ToggleButtons(options=list(GOLD_LABELS), value=None, description="label")
+        self.notes = widgets.Text(description="notes", placeholder="optional note")
+        self.status = widgets.Label()
+        self.back, self.forward, self.next_open, self.save = (
+            widgets.Button(description=d) for d in ("< prev", "next >", "next unlabeled", "Save"))
+        self._showing = False
+        self.choice.observe(self._on_label, names="value")
+        self.notes.observe(self._on_notes, names="value")
+        self.back.on_click(lambda _: self.go(self.session.move, -1))
+        self.forward.on_click(lambda _: self.go(self.session.move, 1))
+        self.next_open.on_click(lambda _: self.go(self.session.next_unlabeled))
+        self.save.on_click(lambda _: self.save_file())
+        self.widget = widgets.VBox([self.view, self.choice, self.notes,
+                                    widgets.HBox([self.back, self.forward, self.next_open, self.save]), self.status])
+        self.show()
+
+    def show(self) -> None:
+        """Render the current item and set the label and note boxes to its values (without relabeling it)."""
+        if not self.session.items:
+            self.view.value, self.status.value = "no sentences to label", ""
+            return
+        item = self.session.current
+        self.view.value = (f"<b>{self.session.position + 1}/{len(self.session.items)}</b> "
+                           f"Q: {html.escape(item.question)}<br>"
+                           f"<details><summary>evidence</summary>{html.escape(item.evidence)}</details>"
+                           + highlight_html(item.response, [item.span], [LABEL_VALUES.get(item.label)]))
+        self._showing = True
+        try:
+            self.choice.value, self.notes.value = item.label, item.notes
+        finally:
+            self._showing = False
+        self.status.value = ", ".join(f"{k}: {v}" for k, v in self.session.counts().items())
+
+    def go(self, move, *args) -> None:
+        move(*args)
+        self.show()
+
+    def save_file(self) -> None:
+        try:
+            self.session.save(self.out_file)
+        except OSError as error:
+            self.status.value = f"not saved: {error}"
+            return
+        done = sum(item.label is not None for item in self.session.items)
+        self.status.value = f"saved {len(self.session.items)} items ({done} labeled) to {shown_path(self.out_file)}"
+
+    def _on_label(self, change) -> None:
+        if self._showing or change["new"] is None or not self.session.items:
+            return
+        self.session.label(change["new"])
+        self.show()
+
+    def _on_notes(self, change) -> None:
+        if not self._showing and self.session.items:
+            self.session.current.notes = change["new"]
+
+
+def shown_path(path: str | Path) -> str:
+    """The path relative to the working directory when it lies at most one level above it (a notebook's folder
+    and its repository root), else absolute: what a person can find again."""
+    absolute = os.path.abspath(path)
+    relative = os.path.relpath(absolute)
+    return absolute if relative.startswith(os.path.join("..", "..")) else relative
+
+
 LABEL_COLOURS = {1: "#c8f7c5", -1: "#f7c5c5", 0: "#e6e6e6", None: "#e6e6e6"}
 
 

@@ -52,7 +52,11 @@ KNOBS: dict[str, tuple[float, float, float]] = {
     "klcf.outcome_weight": (0.0, 3.0, 0.1),
     "klcf.match_threshold": (0.0, 1.0, 0.05),
     "klcf.checklist_threshold": (0.0, 1.0, 0.05),
+    "detail.weight": (0.0, 1.0, 0.05),
+    "detail.precision_weight": (0.0, 1.0, 0.05),
 }
+DETAIL_COLUMNS = ("category", "recall", "precision", "supported_distinct", "detail_bonus")
+"""Per-response details shown in the table and the HTML when the method (or the detail term) sets them."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "caution.variant": ("both", "fact", "caution"),
     "rlfh.granularity": ("token", "sentence", "paragraph"),
@@ -163,8 +167,9 @@ def render_html(item: PlaygroundItem, tokens: list[list[str]], advantages: list[
              f"<b>gold:</b> {html.escape(', '.join(item.example.answers))}<br>"]
     for index, (row_tokens, row_values, info) in enumerate(zip(tokens, advantages, details)):
         extra = ", ".join(f"{k}={info[k]:.3g}" if isinstance(info[k], float) else f"{k}={info[k]}"
-                          for k in ("category", "recall", "precision") if k in info)
-        parts.append(f"<hr><b>#{index}</b> reward={info['reward']:.3f} answer={html.escape(str(info['answer']))}"
+                          for k in DETAIL_COLUMNS if k in info)
+        answer = "(none)" if info["answer"] is None else str(info["answer"])  # as in reward_table
+        parts.append(f"<hr><b>#{index}</b> reward={info['reward']:.3f} answer={html.escape(answer)}"
                      f"{' ' + html.escape(extra) if extra else ''}<br>{html.escape(item.response_prefix)}")
         for token, value in zip(row_tokens, row_values):
             text = html.escape(token).replace("\n", "&#8629;<br>")
@@ -173,12 +178,30 @@ def render_html(item: PlaygroundItem, tokens: list[list[str]], advantages: list[
     return "".join(parts)
 
 
-def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
-    """Bar chart of one response's token advantages (green positive, red negative); returns the figure."""
-    import matplotlib.pyplot as plt
+def reward_table(result: PlaygroundResult):
+    """One row per response: its reward, answer, correctness, the method's own details (caution category,
+    KLCF recall and precision, the detail term's S and bonus when it is on) and its mean token advantage, as a DataFrame (the playground's table)."""
+    import pandas as pd
 
+    rows = []
+    for index, (info, values) in enumerate(zip(result.details, result.advantages)):
+        answer = "(none)" if info["answer"] is None else str(info["answer"])
+        row = {"response": index, "reward": info["reward"], "answer": answer, "correct": info["correct"]}
+        row.update({k: info[k] for k in DETAIL_COLUMNS if k in info})
+        row["mean advantage"] = sum(values) / len(values) if values else 0.0
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("response")
+
+
+def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
+    """Bar chart of one response's token advantages (green positive, red negative); returns the figure.
+
+    Without `ax` the figure is a plain matplotlib Figure, outside pyplot's global state: `display(figure)`
+    shows it, and widget callbacks that draw it never pick up or leave behind another plot's figure."""
     if ax is None:
-        _, ax = plt.subplots(figsize=(min(18, 2 + 0.16 * len(result.tokens[index])), 3))
+        from matplotlib.figure import Figure
+
+        ax = Figure(figsize=(min(18, 2 + 0.16 * len(result.tokens[index])), 3)).subplots()
     values = result.advantages[index]
     ax.bar(range(len(values)), values, color=["#2ea043" if v > 0 else "#d73a49" for v in values])
     if len(values) <= 80:

@@ -78,9 +78,15 @@ def tiny_policy():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` run only where torch sees a CUDA device; elsewhere they skip with the reason."""
+    """Tests marked `gpu` run only where torch sees a CUDA device; elsewhere they skip with the reason. Tests
+    marked `browser` (several minutes, a Chromium) run only when asked for: `make test-browser` (`-m browser`)."""
     import torch
 
+    if "browser" not in (config.getoption("markexpr") or "").replace("not browser", ""):
+        skip_browser = pytest.mark.skip(reason="browser test: run it with `make test-browser` (pytest -m browser)")
+        for item in items:
+            if "browser" in item.keywords:
+                item.add_marker(skip_browser)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")

@@ -1,6 +1,7 @@
 """The gold-label records, the labeling session behind notebook 02, and the HTML view."""
 
 import json
+import os
 
 import pytest
 
@@ -74,3 +75,13 @@ def test_highlight_html_escapes_and_colours():
     assert "&lt;b&gt;" in html and "&amp;" in html and "<b>" not in html
     assert html.index("#c8f7c5") < html.index("#f7c5c5")
     assert 'title="p=0.9"' in html
+
+
+def test_shown_path_is_relative_near_the_working_directory(tmp_path, monkeypatch):
+    from fspo_lite.labeling import shown_path
+
+    (tmp_path / "repo" / "notebooks").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "repo" / "notebooks")
+    assert shown_path(tmp_path / "repo" / "runs" / "labels.jsonl") == os.path.join("..", "runs", "labels.jsonl")
+    assert shown_path("labels.jsonl") == "labels.jsonl"
+    assert shown_path(tmp_path / "elsewhere.jsonl") == str(tmp_path / "elsewhere.jsonl")

@@ -97,3 +97,40 @@ def test_sample_items_strips_the_prefix():
     assert [i.completions for i in items] == [["reply 0</think><answer>x</answer>", "reply 1</think><answer>x</answer>"],
                                               ["reply 2</think><answer>x</answer>", "reply 3</think><answer>x</answer>"]]
     assert items[0].meta["model"] == "smollm2-135m" and items[0].response_prefix == "<think>"
+
+
+def test_detail_slider_gives_the_training_reward(smol_tokenizer):
+    """With the detail term on, the playground's rewards and advantages are the ones score_rollouts and
+    advantages_from_scores give a training step for the same config, and the bonus is the hand-computed one."""
+    import math
+
+    from fspo_lite.config import load_config
+    from fspo_lite.rewards import advantages_from_scores, score_rollouts
+    from fspo_lite.rollout import rollout_from_texts
+    from fspo_lite.verifiers import build_verifier
+
+    settings = {"detail.weight": 0.3, "detail.precision_weight": 0.6}
+    shown = playground.compute_playground(ITEM, smol_tokenizer, "fspo", settings)
+    config = load_config(None, ["reward.method=fspo", "rollout.group_size=4", "detail.weight=0.3",
+                                "detail.precision_weight=0.6"])
+    rollout = rollout_from_texts(smol_tokenizer, ITEM.completions)
+    scored = score_rollouts([ITEM.example] * 4, rollout, smol_tokenizer, config, build_verifier(config.verifier))
+    advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config)
+    assert shown.rewards == scored.rewards.tolist()
+    lengths = rollout.completion_mask.sum(dim=1).tolist()
+    assert shown.advantages == [row[: int(n)] for row, n in zip(advantages.tolist(), lengths)]
+    # by hand: F1 + 0.3 * log(1 + S) + 0.6 * S / (T + 1); labels [1, 1], [-1, -1], [1], [-1]
+    expected = [1 + 0.3 * math.log(3) + 0.6 * 2 / 3, 0.0, 1 + 0.3 * math.log(2) + 0.6 * 1 / 2, 0.0]
+    assert shown.rewards == pytest.approx(expected, abs=1e-6)
+    assert [d["supported_distinct"] for d in shown.details] == [2, 0, 1, 0]
+    table = playground.reward_table(shown)
+    assert table["detail_bonus"].tolist() == pytest.approx([e - f1 for e, f1 in zip(expected, [1, 0, 1, 0])], abs=1e-6)
+    off = playground.compute_playground(ITEM, smol_tokenizer, "fspo")
+    assert off.rewards == [1.0, 0.0, 1.0, 0.0] and "detail_bonus" not in playground.reward_table(off)
+
+
+def test_missing_answer_reads_the_same_in_table_and_text(smol_tokenizer):
+    item = playground.PlaygroundItem(ITEM.example, ["Gold is Au.</think>\n<answer>Au</answer>", "I forgot the tags."])
+    result = playground.compute_playground(item, smol_tokenizer, "grpo")
+    assert playground.reward_table(result)["answer"].tolist() == ["Au", "(none)"]
+    assert "answer=(none)" in result.html and "answer=None" not in result.html

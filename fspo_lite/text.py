@@ -17,6 +17,17 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
 
+STOPWORDS = frozenset(
+    """a an the and or but if then so of to in on at by for with from as is are was were be been being
+    it its this that these those there here which who whom whose what when where why how not no yes
+    i me my we our you your he him his she her they them their do does did done have has had having
+    will would can could should may might must shall also very just only than too more most much many
+    some any each every all both either neither one into onto about over under after before between
+    during through up down out off again further once such own same other another because while
+    know known think answer question let lets need find first step therefore thus hence so called""".split()
+)
+"""Function words and reasoning filler that carry no checkable content (lexical verifier, claim content words)."""
+
 
 @dataclass(frozen=True)
 class ParsedResponse:
@@ -293,6 +304,15 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
             spans.append((block_start + start, block_start + end))
             cursor = end
     return spans
+
+
+def reasoning_sentences(text: str) -> list[tuple[int, int]]:
+    """Character spans of the sentences inside <think>...</think> (empty if there is no block)."""
+    think = parse_response(text).think_span
+    if think is None:
+        return []
+    start, end = think
+    return [(start + s, start + e) for s, e in sentence_spans(text[start:end])]
 
 
 NEAR_DUPLICATE_JACCARD = 0.8

@@ -29,7 +29,7 @@ PACKAGE = "fspo_lite"
 LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere)
     ("core: math, text, config", ["algos", "align", "text", "stats", "config"]),
-    ("grading: answer grading", ["grading", "latex_math", "symbolic", "symbolic_worker"]),
+    ("grading: answer grading", ["grading", "latex_math", "symbolic", "symbolic_worker", "outcome"]),
     ("data: examples, prompts, data files, gold labels", ["data", "data_files", "prompts", "labeling"]),
     ("models and rollout engines", ["models", "shared_prompts", "logprobs", "rollout", "vllm_rollout", "engines",
                                     "llm"]),

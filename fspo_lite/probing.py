@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import write_text_atomic
 from .data import QAExample, load_mixture, portable_spec
-from .outcome import outcome_reward
+from .grading import outcome_reward
 from .prompts import prompt_text
 
 

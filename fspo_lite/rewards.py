@@ -18,12 +18,12 @@ from .algos import step_score
 from .align import spans_to_token_values, token_char_offsets
 from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
+from .grading import Outcome, outcome_reward
 from .methods.detail import detail_bonus, detail_counts
 from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
 from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
 from .methods import rlfh
 from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness, rlfh_feedback
-from .outcome import Outcome, outcome_reward
 from .text import parse_response, reasoning_sentences
 from .verifiers import Verifier, labels_from_scores
 

@@ -29,7 +29,7 @@ PACKAGE = "fspo_lite"
 LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere)
     ("core: math, text, config", ["algos", "align", "text", "stats", "config"]),
-    ("grading: answer grading", ["grading", "latex_math", "symbolic", "symbolic_worker", "outcome"]),
+    ("grading: answer grading", ["grading"]),
     ("data: examples, prompts, data files, gold labels", ["data", "data_files", "prompts", "labeling"]),
     ("models and rollout engines", ["models", "shared_prompts", "logprobs", "rollout", "vllm_rollout", "engines",
                                     "llm"]),
@@ -51,7 +51,7 @@ OVER_LIMIT = {
     "fspo_lite.data_build": "build tool, to leave the runtime package (issue 17, item 1)",
     "fspo_lite.report": "experiment driver, to be split when the drivers move (issue 17, item 1)",
     "fspo_lite.trainer": "to be reduced when rewards.py becomes dispatch only (issue 17, item 1)",
-    "fspo_lite.latex_math": "the grammar of the math parser: one recursive-descent parser, kept whole",
+    "fspo_lite.grading.latex_math": "the grammar of the math parser: one recursive-descent parser, kept whole",
 }
 """Modules allowed over MAX_LINES, with the reason (a new module over the limit fails the test)."""
 

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ..prompts import prompt_text, render_prompt
-from ..outcome import grade_answer, outcome_reward
+from ..grading import grade_answer, outcome_reward
 from ..rewards import step_factuality, verify_sentences
 from ..text import NEAR_DUPLICATE_JACCARD, extract_answer, near_duplicate_count, parse_number
 from . import metrics as M

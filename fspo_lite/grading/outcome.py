@@ -1,7 +1,7 @@
 """The outcome reward: a response's final answer graded against the gold answers.
 
 QA answers get exact match and token F1 (HotpotQA's normalisation, `fspo_lite.text`); math
-answers safe symbolic equivalence (`fspo_lite.grading`). Training rewards (`fspo_lite.rewards`),
+answers safe symbolic equivalence (`fspo_lite.grading.equivalence`). Training rewards (`fspo_lite.rewards`),
 the held-out evaluation and the base-model probes all grade answers here, the same way.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .grading import math_answers_equal
-from .text import extract_answer, hotpot_em_f1, is_unknown, parse_response
+from ..text import extract_answer, hotpot_em_f1, is_unknown, parse_response
+from .equivalence import math_answers_equal
 
 
 @dataclass

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Callable, Sequence
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
@@ -316,21 +317,36 @@ def reasoning_sentences(text: str) -> list[tuple[int, int]]:
 
 
 NEAR_DUPLICATE_JACCARD = 0.8
-"""Two sentences are near-duplicates when the Jaccard similarity of their word sets (after normalize_answer)
-is at least this."""
+"""Default threshold: two sentences are near-duplicates when the Jaccard similarity of their word sets is at
+least this (`detail.duplicate_threshold` and `klcf.dedup_overlap` set their own)."""
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
-def near_duplicate_count(sentences: list[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> int:
-    """How many sentences repeat an earlier one of the list (padding): word-set Jaccard similarity
-    |A & B| / |A | B| >= threshold with some earlier sentence, words from normalize_answer. Sentences with
-    no words are never counted. ["Paris is big.", "paris is BIG", "Lyon is big."] -> 1."""
-    seen: list[set[str]] = []
-    count = 0
-    for sentence in sentences:
-        words = set(normalize_answer(sentence or "").split())
-        if not words:
-            continue
-        if any(len(words & other) / len(words | other) >= threshold for other in seen):
-            count += 1
-        seen.append(words)
-    return count
+def sentence_words(sentence: str) -> frozenset[str]:
+    """The lower-cased words (runs of letters and digits) of a sentence, as a set."""
+    return frozenset(word.lower() for word in _WORD.findall(sentence or ""))
+
+
+def word_jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a & b| / |a | b|; two empty sets are identical (1.0)."""
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def near_duplicate_flags(sentences: Sequence[str], threshold: float = NEAR_DUPLICATE_JACCARD,
+                         words: Callable[[str], frozenset[str]] = sentence_words) -> list[bool]:
+    """For each sentence, True when an earlier one is a near-duplicate of it: word_jaccard(words(a), words(b))
+    >= threshold. The first of a set of near-duplicates is kept (False), each later one flagged. Comparison is
+    with every earlier sentence, flagged or not, so a chain of small edits is caught too. Sentences without
+    words are near-duplicates of each other (two empty sets are identical). The one rule for the detail
+    reward (methods.detail), the KLCF checklist (methods.klcf, with content words) and the evaluation's
+    padding count (`near_duplicate_count`)."""
+    sets = [words(sentence) for sentence in sentences]
+    return [any(word_jaccard(sets[i], sets[j]) >= threshold for j in range(i)) for i in range(len(sets))]
+
+
+def near_duplicate_count(sentences: Sequence[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> int:
+    """How many sentences repeat an earlier one of the list (padding), by `near_duplicate_flags`.
+    ["Paris is big.", "paris is BIG", "Lyon is big."] -> 1."""
+    return sum(near_duplicate_flags(sentences, threshold))

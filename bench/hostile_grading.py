@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fspo_lite.grading import math_answers_equal  # noqa: E402
-from fspo_lite.symbolic import default_checker  # noqa: E402
+from fspo_lite.grading.symbolic import default_checker  # noqa: E402
 from hostile_math import hostile_answers  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from .report import judge_labels
 def collect_sentences(runs_dir: str | Path, methods: Sequence[str], qa: str = "kbqa") -> dict[str, list[dict]]:
     """Per method, every held-out reasoning sentence of its runs (<runs_dir>/<run>/heldout.json names the method;
     eval/records.jsonl holds the responses and the sentence spans the harness judged), with the judges' labels."""
-    from .rewards import reasoning_sentences
+    from .text import reasoning_sentences
 
     pools: dict[str, list[dict]] = {m: [] for m in methods}
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):

@@ -36,7 +36,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a small text file through a synced temporary file and a rename: readers see the old or the new text."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as handle:
         handle.write(text)
@@ -97,13 +98,13 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     for name in files:
         with open(staging / name, "rb") as handle:
             os.fsync(handle.fileno())
-    _write_text_atomic(staging / MANIFEST, json.dumps({"step": step, "files": files}, indent=2))
+    write_text_atomic(staging / MANIFEST, json.dumps({"step": step, "files": files}, indent=2))
     _fsync_dir(staging)
     if final.exists():
         shutil.rmtree(final)
     os.rename(staging, final)
     _fsync_dir(root)
-    _write_text_atomic(root / "latest", final.name)
+    write_text_atomic(root / "latest", final.name)
     return final
 
 

@@ -15,7 +15,7 @@ import json
 import re
 from typing import Sequence
 
-from .verifiers.lexical import STOPWORDS
+from .text import STOPWORDS
 
 # (?<!\s): a match may only start where a whitespace run starts; otherwise the regex retries inside
 # long runs of spaces and takes quadratic time (minutes for 100k spaces of model output).

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from .text import reasoning_sentences
+
 GOLD_LABELS = ("supported", "unsupported", "not_checkable")
 LABEL_VALUES = {"supported": 1, "unsupported": -1, "not_checkable": 0}
 """Gold labels as the verifiers' +1 / -1 / 0 (labels_from_scores)."""
@@ -57,8 +59,6 @@ class SentenceItem:
 def items_from_responses(examples: Sequence, responses: Sequence[str], id_prefix: str = "s",
                          meta: dict | None = None) -> list[SentenceItem]:
     """One unlabeled item per reasoning sentence (inside <think>) of each response."""
-    from .rewards import reasoning_sentences
-
     items = []
     for r, (example, response) in enumerate(zip(examples, responses)):
         for k, (start, end) in enumerate(reasoning_sentences(response)):

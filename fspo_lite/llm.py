@@ -28,7 +28,10 @@ from typing import Sequence, Union
 
 import torch
 
-from .models import resolve_device
+from .config import ModelConfig
+from .models import load_model, load_tokenizer, resolve_device
+from .prompts import render_prompt
+from .rollout import eos_ids
 from .shared_prompts import prompt_positions
 
 Prompt = Union[str, list[dict]]
@@ -105,9 +108,6 @@ class LocalChatModel(ChatModel):
     def from_name(cls, name: str = "smollm2-135m", device: str = "auto", trust_remote_code: bool = False,
                   batch_size: int = 8) -> "LocalChatModel":
         """Load a bundled name, hub id or local folder (see models.load_model) without an adapter."""
-        from .config import ModelConfig
-        from .models import load_model, load_tokenizer
-
         config = ModelConfig(name=name, lora=False, trust_remote_code=trust_remote_code)
         model = load_model(config).to(resolve_device(device))
         return cls(model, load_tokenizer(name, trust_remote_code=trust_remote_code), batch_size=batch_size)
@@ -118,8 +118,6 @@ class LocalChatModel(ChatModel):
 
     def render(self, prompt: Prompt) -> str:
         """The prompt text with the chat template applied and the assistant turn opened."""
-        from .prompts import render_prompt
-
         return render_prompt(self.tokenizer, as_messages(prompt))
 
     def _encode(self, texts: list[str]):
@@ -129,8 +127,6 @@ class LocalChatModel(ChatModel):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int = 256, temperature: float = 0.0) -> list[str]:
-        from .rollout import eos_ids
-
         replies = []
         for start in range(0, len(prompts), self.batch_size):
             encoded = self._encode([self.render(p) for p in prompts[start : start + self.batch_size]])

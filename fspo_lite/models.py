@@ -106,7 +106,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     """The tokenizer for a model name (the tiny model shares SmolLM2's), left-padded for generation."""
     from transformers import AutoTokenizer
 
-    source = bundled_model_dir("smollm2-135m") if name == TINY else _resolve(name)
+    source = bundled_model_dir("smollm2-135m") if name == TINY else model_source(name)
     tokenizer = _from_pretrained(AutoTokenizer, source, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -114,7 +114,8 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     return tokenizer
 
 
-def _resolve(name: str) -> str | Path:
+def model_source(name: str) -> str | Path:
+    """What from_pretrained loads for a model name: the bundled folder of a bundled name, else the name itself."""
     if name in BUNDLED_MODELS:
         return bundled_model_dir(name)
     return name
@@ -228,10 +229,10 @@ def load_model(config, seed: int = 0):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(tiny_model_config(len(tokenizer)), dtype=dtype)
     elif config.load_in_4bit:
-        model = _load_4bit(config, _resolve(config.name))
+        model = _load_4bit(config, model_source(config.name))
     else:
         model = _from_pretrained(
-            AutoModelForCausalLM, _resolve(config.name), dtype=dtype, trust_remote_code=config.trust_remote_code
+            AutoModelForCausalLM, model_source(config.name), dtype=dtype, trust_remote_code=config.trust_remote_code
         )
     if wants_gradient_checkpointing(config.gradient_checkpointing, model.num_parameters()):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -249,7 +250,7 @@ def load_unsloth_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(
-        model_name=str(_resolve(config.name)), max_seq_length=max_seq_length, load_in_4bit=config.load_in_4bit,
+        model_name=str(model_source(config.name)), max_seq_length=max_seq_length, load_in_4bit=config.load_in_4bit,
         dtype=None if config.load_in_4bit else getattr(torch, config.dtype), fast_inference=fast_inference,
         max_lora_rank=config.lora_r, gpu_memory_utilization=gpu_memory_utilization,
     )

@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .checkpoint import _write_text_atomic
+from .checkpoint import write_text_atomic
 from .data import QAExample, load_mixture, portable_spec
+from .grading import outcome_reward
 from .prompts import prompt_text
-from .rewards import outcome_reward
 
 
 @dataclass
@@ -93,7 +93,7 @@ class QuestionCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         record = {"kind": self.kind, "key": self.key, "settings": self.settings, **self.extra,
                   "questions": self.questions}
-        _write_text_atomic(self.path, json.dumps(record, indent=1))
+        write_text_atomic(self.path, json.dumps(record, indent=1))
 
 
 def probe_settings(config, samples: int, system_prompt: str | None = None) -> dict[str, Any]:

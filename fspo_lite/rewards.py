@@ -18,14 +18,14 @@ from .algos import step_score
 from .align import spans_to_token_values, token_char_offsets
 from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
-from .grading import math_answers_equal
+from .grading import Outcome, outcome_reward
 from .llm import ChatModel, build_chat_model
 from .methods.detail import detail_bonus, detail_counts, relevance_bonus, relevance_messages
 from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
 from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
 from .methods import rlfh
 from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness, rlfh_feedback
-from .text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
+from .text import parse_response, reasoning_sentences
 from .verifiers import Verifier, labels_from_scores
 
 
@@ -49,55 +49,12 @@ def response_views(tokenizer, completion_ids: torch.Tensor, completion_mask: tor
 
 
 @dataclass
-class Outcome:
-    """The graded final answer of one response."""
-
-    reward: float
-    format_ok: bool
-    answer: str | None
-    correct: bool
-    f1: float
-    unknown: bool
-
-
-def grade_answer(example: QAExample, answer: str | None) -> tuple[bool, float]:
-    """(correct, score in [0, 1]): EM and token F1 for QA, safe equivalence for math."""
-    if answer is None:
-        return False, 0.0
-    if example.task == "math":
-        correct = any(math_answers_equal(answer, gold) for gold in example.answers)
-        return correct, float(correct)
-    em, f1 = hotpot_em_f1(answer, example.answers)
-    return bool(em), f1
-
-
-def outcome_reward(example: QAExample, text: str, answer_metric: str = "auto", format_penalty: float = -2.0) -> Outcome:
-    """FSPO's outcome reward: answer F1 (QA) or equivalence (math) when the tags are well formed,
-    `format_penalty` (-2 in the reference) otherwise."""
-    parsed = parse_response(text)
-    answer = parsed.answer if parsed.format_ok else extract_answer(text)
-    correct, f1 = grade_answer(example, answer)
-    score = float(correct) if answer_metric == "em" else f1
-    reward = score if parsed.format_ok else format_penalty
-    return Outcome(reward, parsed.format_ok, answer, correct, f1, is_unknown(answer))
-
-
-@dataclass
 class SentenceVerdicts:
     """Verifier labels of one response's reasoning sentences (+1 supported, -1 not, 0 not checkable)."""
 
     spans: list[tuple[int, int]] = field(default_factory=list)
     labels: list[int] = field(default_factory=list)
     probabilities: list[float | None] = field(default_factory=list)
-
-
-def reasoning_sentences(text: str) -> list[tuple[int, int]]:
-    """Character spans of the sentences inside <think>...</think> (empty if there is no block)."""
-    think = parse_response(text).think_span
-    if think is None:
-        return []
-    start, end = think
-    return [(start + s, start + e) for s, e in sentence_spans(text[start:end])]
 
 
 def verify_sentences(

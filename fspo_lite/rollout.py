@@ -3,7 +3,8 @@
 `TransformersRollout` batches prompts x samples through `model.generate` with left padding
 and the KV cache, encodes each distinct prompt once for its samples (`fspo_lite.shared_prompts`),
 and stops as soon as every sequence has produced EOS. The vLLM engines
-(GPU) live in `fspo_lite.vllm_rollout` behind the same `generate` signature.
+(GPU) live in `fspo_lite.vllm_rollout` behind the same `generate` signature; `fspo_lite.engines`
+builds the one the config names.
 """
 
 from __future__ import annotations
@@ -158,31 +159,6 @@ class TransformersRollout:
             return {}
         cache, _ = shared_prompt_pass(self.model, ids[:, :-1], mask[:, :-1], groups)
         return {"past_key_values": cache}
-
-
-ROLLOUT_ENGINES = ("transformers", "vllm", "vllm-server")
-
-
-def build_rollout_engine(model, tokenizer, config, dist):
-    """The sampler named by config.rollout.engine, sharing `generate(prompts, num_samples, do_sample,
-    max_new_tokens) -> Rollout`; `dist` (a `Distributed`) gives the rank and device. The vLLM
-    engines are imported only when chosen (GPU extra)."""
-    engine = config.rollout.engine
-    if engine == "transformers":
-        if config.rollout.use_sampler_logprobs:
-            raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
-        # with sharded weights every rank must run the same forward passes (the shared prefill is one more,
-        # depending on the rank's own prompts) and the weights are shards (nothing to merge into); Unsloth
-        # patches generation, its cache handling and its LoRA layers in ways neither has been tried against
-        return TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens,
-                                               generate_kwargs=dist.generation_kwargs(),
-                                               plain_model=not dist.shards_weights and config.model.backend != "unsloth")
-    if engine in ("vllm", "vllm-server"):
-        from .vllm_rollout import VLLMRollout, VLLMServerRollout
-
-        cls = VLLMRollout if engine == "vllm" else VLLMServerRollout
-        return cls.from_config(model, tokenizer, config, dist)
-    raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")
 
 
 def rollout_from_texts(tokenizer, completions: list[str], num_samples: int | None = None) -> Rollout:

@@ -12,10 +12,22 @@ from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Callable, Sequence
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
 _TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+STOPWORDS = frozenset(
+    """a an the and or but if then so of to in on at by for with from as is are was were be been being
+    it its this that these those there here which who whom whose what when where why how not no yes
+    i me my we our you your he him his she her they them their do does did done have has had having
+    will would can could should may might must shall also very just only than too more most much many
+    some any each every all both either neither one into onto about over under after before between
+    during through up down out off again further once such own same other another because while
+    know known think answer question let lets need find first step therefore thus hence so called""".split()
+)
+"""Function words and reasoning filler that carry no checkable content (lexical verifier, claim content words)."""
 
 
 @dataclass(frozen=True)
@@ -295,22 +307,46 @@ def sentence_spans(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+def reasoning_sentences(text: str) -> list[tuple[int, int]]:
+    """Character spans of the sentences inside <think>...</think> (empty if there is no block)."""
+    think = parse_response(text).think_span
+    if think is None:
+        return []
+    start, end = think
+    return [(start + s, start + e) for s, e in sentence_spans(text[start:end])]
+
+
 NEAR_DUPLICATE_JACCARD = 0.8
-"""Two sentences are near-duplicates when the Jaccard similarity of their word sets (after normalize_answer)
-is at least this."""
+"""Default threshold: two sentences are near-duplicates when the Jaccard similarity of their word sets is at
+least this (`detail.duplicate_threshold` and `klcf.dedup_overlap` set their own)."""
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
-def near_duplicate_count(sentences: list[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> int:
-    """How many sentences repeat an earlier one of the list (padding): word-set Jaccard similarity
-    |A & B| / |A | B| >= threshold with some earlier sentence, words from normalize_answer. Sentences with
-    no words are never counted. ["Paris is big.", "paris is BIG", "Lyon is big."] -> 1."""
-    seen: list[set[str]] = []
-    count = 0
-    for sentence in sentences:
-        words = set(normalize_answer(sentence or "").split())
-        if not words:
-            continue
-        if any(len(words & other) / len(words | other) >= threshold for other in seen):
-            count += 1
-        seen.append(words)
-    return count
+def sentence_words(sentence: str) -> frozenset[str]:
+    """The lower-cased words (runs of letters and digits) of a sentence, as a set."""
+    return frozenset(word.lower() for word in _WORD.findall(sentence or ""))
+
+
+def word_jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    """|a & b| / |a | b|; two empty sets are identical (1.0)."""
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def near_duplicate_flags(sentences: Sequence[str], threshold: float = NEAR_DUPLICATE_JACCARD,
+                         words: Callable[[str], frozenset[str]] = sentence_words) -> list[bool]:
+    """For each sentence, True when an earlier one is a near-duplicate of it: word_jaccard(words(a), words(b))
+    >= threshold. The first of a set of near-duplicates is kept (False), each later one flagged. Comparison is
+    with every earlier sentence, flagged or not, so a chain of small edits is caught too. Sentences without
+    words are near-duplicates of each other (two empty sets are identical). The one rule for the detail
+    reward (methods.detail), the KLCF checklist (methods.klcf, with content words) and the evaluation's
+    padding count (`near_duplicate_count`)."""
+    sets = [words(sentence) for sentence in sentences]
+    return [any(word_jaccard(sets[i], sets[j]) >= threshold for j in range(i)) for i in range(len(sets))]
+
+
+def near_duplicate_count(sentences: Sequence[str], threshold: float = NEAR_DUPLICATE_JACCARD) -> int:
+    """How many sentences repeat an earlier one of the list (padding), by `near_duplicate_flags`.
+    ["Paris is big.", "paris is BIG", "Lyon is big."] -> 1."""
+    return sum(near_duplicate_flags(sentences, threshold))

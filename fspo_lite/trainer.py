@@ -23,13 +23,14 @@ from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint
 from .config import Config, validate_config
 from .data import DataError, QAExample, load_mixture
 from .distributed import Distributed, loss_normalisers
+from .engines import build_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
 from .prompts import prompt_text
 from .rewards import advantages_from_scores, build_judges, score_rollouts
-from .rollout import Rollout, build_rollout_engine
+from .rollout import Rollout
 from .shared_prompts import uses_gradient_checkpointing
 from .verifiers import build_verifier
 

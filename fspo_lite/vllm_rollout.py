@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from .models import TINY, compute_dtype, model_source
 from .rollout import Rollout, eos_ids
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -209,13 +210,11 @@ def build_llm(config, rank: int = 0, world_size: int = 1):
         raise RuntimeError("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=transformers")
     from vllm import LLM
 
-    from .models import TINY, _resolve, compute_dtype
-
     if config.model.name == TINY:
         raise RuntimeError("the tiny test model has no files for vLLM to load; use a hub id or a local folder")
     dtype = compute_dtype(torch.cuda.is_bf16_supported()) if config.model.load_in_4bit else config.model.dtype
     arguments = dict(
-        model=str(_resolve(config.model.name)), dtype=str(dtype).replace("torch.", ""),
+        model=str(model_source(config.model.name)), dtype=str(dtype).replace("torch.", ""),
         gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization,
         enable_sleep_mode=config.rollout.vllm_enable_sleep_mode, enable_lora=True, max_loras=1,
         max_lora_rank=vllm_lora_rank(config.rollout.vllm_max_lora_rank or config.model.lora_r),

@@ -7,16 +7,11 @@ import torch
 
 from fspo_lite.config import Config
 from fspo_lite.data import QAExample
-from fspo_lite.methods.detail import (
-    DetailCounts,
-    detail_bonus,
-    detail_counts,
-    duplicate_flags,
-    sentence_words,
-    word_jaccard,
-)
+from fspo_lite.methods.detail import DetailCounts, detail_bonus, detail_counts
 from fspo_lite.rewards import advantages_from_scores, score_rollouts
 from fspo_lite.rollout import Rollout, completion_mask_from_ids
+from fspo_lite.text import near_duplicate_flags as duplicate_flags
+from fspo_lite.text import sentence_words, word_jaccard
 from fspo_lite.verifiers import LexicalVerifier
 
 EXAMPLE = QAExample("g", "What is the chemical symbol of gold?", ["Au"],

@@ -150,7 +150,7 @@ def test_vllm_colocated_engine_on_gpu(tmp_path):
     pytest.importorskip("vllm", reason="the 'gpu' extra (vllm) is not installed")
     from fspo_lite.distributed import Distributed
     from fspo_lite.models import load_policy
-    from fspo_lite.rollout import build_rollout_engine
+    from fspo_lite.engines import build_rollout_engine
 
     model_dir = random_qwen_folder(tmp_path / "model")
     config = gpu_config(tmp_path, model_dir, "rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3",

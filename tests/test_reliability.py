@@ -32,7 +32,7 @@ from fspo_lite.trainer import Trainer, load_training_examples
 from fspo_lite.grading import (
     TOO_LARGE, Quantity, is_malformed, math_answers_equal, quantities_equal, read_quantity,
 )
-from fspo_lite.latex_math import ParseError, decimal_value, parse_math
+from fspo_lite.grading.latex_math import ParseError, decimal_value, parse_math
 from fspo_lite.text import mask_for_segmenter, sentence_spans
 from grading_pairs import EQUAL_PAIRS, UNEQUAL_PAIRS, labelled_pairs
 
@@ -144,7 +144,7 @@ def test_masking_keeps_real_references_and_the_text_length():
 
 @pytest.fixture(scope="module")
 def warm_worker():
-    from fspo_lite.symbolic import default_checker
+    from fspo_lite.grading.symbolic import default_checker
 
     assert default_checker().equivalent(["num", 1, 1], ["num", 1, 1]) is True
 

@@ -133,7 +133,7 @@ def test_gradient_checkpointing_turns_the_shared_pass_off(tmp_path):
 def test_engine_factory_leaves_the_shared_prefill_out_for_sharded_weights_and_unsloth(tmp_path, tiny_lora):
     from types import SimpleNamespace
 
-    from fspo_lite.rollout import build_rollout_engine
+    from fspo_lite.engines import build_rollout_engine
 
     model, tokenizer = tiny_lora
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}"])

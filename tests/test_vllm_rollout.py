@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fspo_lite.config import load_config
-from fspo_lite.rollout import build_rollout_engine
+from fspo_lite.engines import build_rollout_engine
 from fspo_lite.vllm_rollout import (
     AdapterVersions,
     VLLMRollout,

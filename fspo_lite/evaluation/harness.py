@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from ..prompts import prompt_text, render_prompt
-from ..rewards import outcome_reward, step_factuality, verify_sentences
+from ..grading import grade_answer, outcome_reward
+from ..rewards import step_factuality, verify_sentences
 from ..text import NEAR_DUPLICATE_JACCARD, extract_answer, near_duplicate_count, parse_number
 from . import metrics as M
 from .benchmarks import BENCHMARKS, load_items, resolve
@@ -195,8 +196,6 @@ def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], lis
 def run_math(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
     """pass@1 (mean over the k samples) and unbiased pass@k; the answer is the <answer>/\\boxed content, else the
     last number of the response; compared by fspo_lite.grading (never evaluated)."""
-    from ..rewards import grade_answer
-
     config, k = ctx.config, ctx.ev.samples
     prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
     texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]

@@ -8,7 +8,7 @@ logarithmically. fspo-lite adds the same idea on reasoning *sentences* judged ag
 
     bonus = weight * log(1 + min(S, cap)) + precision_weight * S / (T + 1)
 
-S: distinct supported reasoning sentences (near-duplicates count once), T: checked sentences (supported
+S: distinct supported reasoning sentences (near-duplicates count once, `text.near_duplicate_flags`), T: checked sentences (supported
 or unsupported, duplicates included, so padding lowers the precision part). The bonus is added to the
 reward of a well-formed response; a malformed one keeps the format penalty. Everything here is pure.
 """
@@ -16,31 +16,9 @@ reward of a well-formed response; a malformed one keeps the format penalty. Ever
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-
-
-def sentence_words(sentence: str) -> frozenset[str]:
-    """The lower-cased words (letters and digits) of a sentence, as a set."""
-    return frozenset(word.lower() for word in _WORD.findall(sentence))
-
-
-def word_jaccard(a: frozenset[str], b: frozenset[str]) -> float:
-    """|a & b| / |a | b|; two empty sets are identical (1.0)."""
-    if not a and not b:
-        return 1.0
-    return len(a & b) / len(a | b)
-
-
-def duplicate_flags(sentences: list[str], threshold: float) -> list[bool]:
-    """For each sentence, True when an earlier sentence is a near-duplicate of it (word Jaccard >= threshold).
-
-    The first of a set of near-duplicates is kept (False); each later one is flagged. Comparison is with
-    every earlier sentence, flagged or not, so a chain of small edits is caught too."""
-    words = [sentence_words(s) for s in sentences]
-    return [any(word_jaccard(words[i], words[j]) >= threshold for j in range(i)) for i in range(len(sentences))]
+from ..text import near_duplicate_flags
 
 
 @dataclass(frozen=True)
@@ -59,7 +37,7 @@ def detail_counts(sentences: list[str], labels: list[int], threshold: float) -> 
     """Count S, T and the near-duplicates of one response from its sentences and verifier labels (+1/-1/0)."""
     if len(sentences) != len(labels):
         raise ValueError(f"{len(sentences)} sentences but {len(labels)} labels")
-    flags = duplicate_flags(sentences, threshold)
+    flags = near_duplicate_flags(sentences, threshold)
     supported = sum(1 for label, duplicate in zip(labels, flags) if label > 0 and not duplicate)
     return DetailCounts(supported, sum(1 for label in labels if label != 0), sum(flags))
 

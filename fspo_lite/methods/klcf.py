@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..claims import ClaimExtractor, content_words
+from ..text import near_duplicate_flags, word_jaccard
 from ..verifiers import Verifier
 from .statements import extract_statements
 
@@ -39,19 +40,21 @@ def load_checklists(path: str | Path | None) -> dict[str, list[str]]:
     return {qid: entry["checklist"] for qid, entry in stored["questions"].items()}
 
 
+def content_word_set(claim: str) -> frozenset[str]:
+    """The claim's content words (`claims.content_words`: lower-cased, stopwords dropped), as a set."""
+    return frozenset(content_words(claim))
+
+
 def claim_overlap(first: str, second: str) -> float:
     """Jaccard overlap of two claims' content-word sets (1.0 for two claims with none)."""
-    a, b = set(content_words(first)), set(content_words(second))
-    return len(a & b) / len(a | b) if a | b else 1.0
+    return word_jaccard(content_word_set(first), content_word_set(second))
 
 
 def dedupe_claims(claims: Sequence[str], overlap: float = 0.8) -> list[str]:
-    """Keep the first of every group of claims whose content-word overlap is >= `overlap`."""
-    kept: list[str] = []
-    for claim in claims:
-        if not any(claim_overlap(claim, other) >= overlap for other in kept):
-            kept.append(claim)
-    return kept
+    """The claims without near-duplicates (content-word overlap >= `overlap` with an earlier claim, as in
+    `text.near_duplicate_flags`): the first of every group is kept."""
+    return [claim for claim, duplicate in zip(claims, near_duplicate_flags(claims, overlap, content_word_set))
+            if not duplicate]
 
 
 def build_checklist(texts: Sequence[str], evidence: str, extractor: ClaimExtractor, verifier: Verifier,

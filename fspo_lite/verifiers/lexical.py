@@ -16,17 +16,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ..text import STOPWORDS
 from .base import Verifier
 
-STOPWORDS = frozenset(
-    """a an the and or but if then so of to in on at by for with from as is are was were be been being
-    it its this that these those there here which who whom whose what when where why how not no yes
-    i me my we our you your he him his she her they them their do does did done have has had having
-    will would can could should may might must shall also very just only than too more most much many
-    some any each every all both either neither one into onto about over under after before between
-    during through up down out off again further once such own same other another because while
-    know known think answer question let lets need find first step therefore thus hence so called""".split()
-)
 _WORD_RE = re.compile(r"[^\W_]+(?:[.'’-][^\W_]+)*", re.UNICODE)
 _NUMBER_RE = re.compile(r"\d+(?:[.,]\d+)*")
 

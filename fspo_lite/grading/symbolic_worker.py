@@ -1,9 +1,9 @@
 """The sandboxed side of symbolic grading: a standalone script, run as its own process.
 
-It is started by `fspo_lite.symbolic` as `python -I symbolic_worker.py` (isolated mode: no
+It is started by `fspo_lite.grading.symbolic` as `python -I symbolic_worker.py` (isolated mode: no
 PYTHONPATH, no user site, not even this folder on sys.path) and imports only the standard
 library and sympy, never fspo_lite. It reads one JSON request per line on stdin,
-{"id": n, "a": tree, "b": tree} with trees from `fspo_lite.latex_math`, and writes one
+{"id": n, "a": tree, "b": tree} with trees from `fspo_lite.grading.latex_math`, and writes one
 JSON reply per line, {"id": n, "equal": true | false | null, "error": text | null}.
 
 Nothing it receives is evaluated: trees are checked node by node against a fixed table and

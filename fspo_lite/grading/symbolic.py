@@ -1,6 +1,6 @@
 """Symbolic answer checks in a separate, resource-limited process with a hard timeout.
 
-The main process only parses answers into plain syntax trees (`fspo_lite.latex_math`); the
+The main process only parses answers into plain syntax trees (`fspo_lite.grading.latex_math`); the
 trees go as JSON to `symbolic_worker.py`, a standalone script that builds sympy objects and
 compares them. Slow work is stopped inside the worker by an alarm after `timeout / 2` seconds
 (the worker survives); a request still unanswered after `timeout` seconds (a computation stuck

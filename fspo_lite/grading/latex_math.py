@@ -2,7 +2,7 @@ r"""A parser for the arithmetic/LaTeX subset of math answers that produces plain
 
 Symbolic grading must never evaluate model output. This module reads an answer with a fixed
 grammar (no eval, no sympify, no parse_expr), checks the tree against size limits, and returns
-nested lists that `fspo_lite.symbolic` sends to a sandboxed worker process, which alone builds
+nested lists that `fspo_lite.grading.symbolic` sends to a sandboxed worker process, which alone builds
 sympy objects from them. Anything outside the grammar raises ParseError; the caller then falls
 back to comparing strings.
 

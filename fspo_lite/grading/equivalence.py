@@ -8,8 +8,8 @@ parse_expr). Here nothing evaluates it. Three checks, cheapest first:
    12{,}000, fractions, mixed numbers 2\\frac{1}{2}, percent, a currency sign, a unit suffix),
    compared exactly as Fractions, with the percent and unit rules of `quantities_equal`;
 2. the normalised strings are equal (LaTeX decorations, spacing, \\dfrac, "x = 5" -> "5");
-3. both parse under the small grammar of `fspo_lite.latex_math` (no eval; size limits) and a
-   sandboxed worker process (`fspo_lite.symbolic`) finds them symbolically equal within a hard
+3. both parse under the small grammar of `fspo_lite.grading.latex_math` (no eval; size limits) and a
+   sandboxed worker process (`fspo_lite.grading.symbolic`) finds them symbolically equal within a hard
    timeout: \\frac{1}{2} = 0.5, 2\\sqrt{2} = \\sqrt{8}, (x+1)^2 = x^2+2x+1, {1, 2} = {2, 1}.
 
 An answer that fails to parse, is over the limits, or times out counts as not equal. Numbers

@@ -1,0 +1,35 @@
+"""Answer grading: is a response's final answer right?
+
+- `equivalence`: safe equivalence of math answers (`math_answers_equal`): exact quantities,
+  normalised strings, then a symbolic check; nothing in model output is ever evaluated;
+- `latex_math`: the fixed grammar that parses math answers into plain syntax trees;
+- `symbolic`: the sandboxed worker processes that compare those trees with sympy, and
+  `symbolic_worker`, the standalone script they run (started by file path, imports no fspo_lite);
+- `outcome`: the outcome reward of a response (answer F1 or EM for QA, equivalence for math,
+  the format penalty), shared by training, evaluation and the base-model probes.
+
+The names below are the package's public interface (`from fspo_lite.grading import ...`).
+"""
+
+from .equivalence import (
+    MAX_ANSWER_CHARS,
+    TOO_LARGE,
+    UNIT_WORDS,
+    Quantity,
+    TooLarge,
+    is_malformed,
+    math_answers_equal,
+    normalize_math_answer,
+    parse_plain_number,
+    quantities_equal,
+    read_quantity,
+    strip_latex_decorations,
+    symbolically_equal,
+)
+from .outcome import Outcome, grade_answer, outcome_reward
+
+__all__ = [
+    "MAX_ANSWER_CHARS", "TOO_LARGE", "UNIT_WORDS", "Outcome", "Quantity", "TooLarge", "grade_answer", "is_malformed",
+    "math_answers_equal", "normalize_math_answer", "outcome_reward", "parse_plain_number", "quantities_equal",
+    "read_quantity", "strip_latex_decorations", "symbolically_equal",
+]

@@ -1,0 +1,326 @@
+"""The package's import graph, checked statically (the `ast` of every module; nothing is imported).
+
+Both module-level and function-level (lazy) imports are edges: a lazy import still ties two
+modules together, it only hides the tie until the function runs. The checks:
+
+- no import cycle (each one is reported as a chain of imports with their lines);
+- no private name (`_x`) imported from, or read off, another module of the package;
+- no import that climbs back up a layer: `LAYERS` lists the architecture, lowest layer first, and a
+  module may import its own layer and the layers below it;
+- every module belongs to a layer, and modules over `MAX_LINES` lines are the listed exceptions.
+
+`python -m pytest -q -s tests/test_architecture.py` also prints the module line counts and the
+lazy internal imports. The checker itself is tested on small throw-away packages, so each rule is
+seen to fail.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = "fspo_lite"
+
+LAYERS: list[tuple[str, list[str]]] = [
+    # lowest first; a name is a module or a package (all of its modules but those listed elsewhere)
+    ("core: math, text, config", ["algos", "align", "text", "stats", "config"]),
+    ("grading: answer grading", ["grading"]),
+    ("data: examples, prompts, data files, gold labels", ["data", "data_files", "prompts", "labeling"]),
+    ("models and rollout engines", ["models", "shared_prompts", "logprobs", "rollout", "vllm_rollout", "engines",
+                                    "llm"]),
+    ("claim extraction", ["claims"]),
+    ("verifiers", ["verifiers"]),
+    ("rewards and methods", ["methods", "rewards"]),
+    ("update: checkpoints, processes, sharding", ["checkpoint", "distributed", "fsdp"]),
+    ("trainer and its logs", ["trainer", "metrics"]),
+    ("evaluation", ["evaluation"]),
+    ("experiment drivers, tools and CLI", ["", "__main__", "experiment", "report", "playground", "prompt_sweep",
+                                           "filtering", "checklist", "probing", "audit", "verifiers.cli",
+                                           "data_build", "notebook_tools"]),
+]
+"""The architecture, one way from data to metrics ("" is the package's __init__, the public facade)."""
+
+MAX_LINES = 400
+OVER_LIMIT = {
+    "fspo_lite.config": "data table: one dataclass field per config key, each with its comment",
+    "fspo_lite.data_build": "build tool, to leave the runtime package (issue 17, item 1)",
+    "fspo_lite.report": "experiment driver, to be split when the drivers move (issue 17, item 1)",
+    "fspo_lite.trainer": "to be reduced when rewards.py becomes dispatch only (issue 17, item 1)",
+    "fspo_lite.grading.latex_math": "the grammar of the math parser: one recursive-descent parser, kept whole",
+}
+"""Modules allowed over MAX_LINES, with the reason (a new module over the limit fails the test)."""
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    names: tuple[str, ...]
+    lazy: bool
+    """Inside a function (or class body) rather than at module level."""
+
+    def where(self, root: Path) -> str:
+        return f"{module_path(self.source, root)}:{self.line}"
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def module_path(name: str, root: Path) -> str:
+    path = root / Path(*name.split("."))
+    return (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")).relative_to(root).as_posix()
+
+
+def parse_package(root: Path, package: str) -> dict[str, ast.Module]:
+    """{dotted module name: syntax tree} for every .py file of `root/package`."""
+    return {module_name(path, root): ast.parse(path.read_text(encoding="utf-8"), str(path))
+            for path in sorted((root / package).rglob("*.py"))}
+
+
+def _is_package(name: str, root: Path) -> bool:
+    return (root / Path(*name.split("."))).is_dir()
+
+
+def _scoped_nodes(tree: ast.AST):
+    """(node, lazy) for every node, lazy when it sits inside a function or class."""
+    stack = [(child, False) for child in ast.iter_child_nodes(tree)]
+    while stack:
+        node, lazy = stack.pop()
+        yield node, lazy
+        inner = lazy or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+
+
+def import_graph(trees: dict[str, ast.Module], root: Path, package: str):
+    """(edges, private uses): internal imports, and private names taken from another module.
+
+    `from .x import name` is an edge to x.name when that is a module, else to x; a private use is
+    `from x import _name` or `module._name` on a name bound to an internal module."""
+    edges, private = [], []
+    for source, tree in trees.items():
+        here = source if _is_package(source, root) else source.rpartition(".")[0]
+        bound = {}  # local name -> internal module it is bound to
+        for node, lazy in _scoped_nodes(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name == package or alias.name.startswith(package + "."):
+                        edges.append(Edge(source, alias.name, node.lineno, (), lazy))
+                        if alias.asname:
+                            bound[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here.split(".")
+                    base = base[: len(base) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                if not (target == package or target.startswith(package + ".")):
+                    continue
+                for alias in node.names:
+                    submodule = f"{target}.{alias.name}"
+                    if submodule in trees:
+                        edges.append(Edge(source, submodule, node.lineno, (), lazy))
+                        bound[alias.asname or alias.name] = submodule
+                        continue
+                    edges.append(Edge(source, target, node.lineno, (alias.name,), lazy))
+                    if _private(alias.name) and target != source:
+                        private.append((source, node.lineno, f"from {target} import {alias.name}"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in bound \
+                    and _private(node.attr) and bound[node.value.id] != source:
+                private.append((source, node.lineno, f"{bound[node.value.id]}.{node.attr}"))
+    return edges, private
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def cycles(edges: list[Edge]) -> list[list[Edge]]:
+    """One shortest cycle through each strongly connected group of modules (Tarjan), as a chain of edges."""
+    graph = defaultdict(dict)
+    for edge in edges:
+        if edge.source != edge.target:
+            graph[edge.source].setdefault(edge.target, edge)
+    index, low, on_stack, stack, groups, counter = {}, {}, set(), [], [], [0]
+
+    def visit(node):  # recursion depth is bounded by the number of modules
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(list(graph)):
+        if node not in index:
+            visit(node)
+    found = []
+    for group in groups:
+        start = min(group)
+        paths, seen, queue = {start: []}, {start}, [start]
+        while queue:  # breadth first from start back to start, inside the group
+            node = queue.pop(0)
+            for target, edge in sorted(graph[node].items()):
+                if target == start:
+                    found.append(paths[node] + [edge])
+                    queue = []
+                    break
+                if target in group and target not in seen:
+                    seen.add(target)
+                    paths[target] = paths[node] + [edge]
+                    queue.append(target)
+    return found
+
+
+def layer_of(module: str, package: str, layers=LAYERS) -> int | None:
+    """Index of the layer whose longest listed name is `module` or a package holding it."""
+    best, best_length = None, -1
+    for number, (_, names) in enumerate(layers):
+        for name in names:
+            full = f"{package}.{name}" if name else package
+            matches = module == full or (name and module.startswith(full + "."))
+            if matches and len(full) > best_length:
+                best, best_length = number, len(full)
+    return best
+
+
+def upward_imports(edges: list[Edge], package: str, layers=LAYERS) -> list[Edge]:
+    return [edge for edge in edges
+            if layer_of(edge.target, package, layers) is not None and layer_of(edge.source, package, layers) is not None
+            and layer_of(edge.target, package, layers) > layer_of(edge.source, package, layers)]
+
+
+def describe_cycle(chain: list[Edge], root: Path) -> str:
+    return " -> ".join([chain[0].source] + [f"{edge.target} ({edge.where(root)})" for edge in chain])
+
+
+def describe_edge(edge: Edge, root: Path, package: str, layers=LAYERS) -> str:
+    source, target = layer_of(edge.source, package, layers), layer_of(edge.target, package, layers)
+    names = f" ({', '.join(edge.names)})" if edge.names else ""
+    return (f"{edge.where(root)}: {edge.source} [{layers[source][0]}] imports {edge.target}{names} "
+            f"[{layers[target][0]}]{' lazily' if edge.lazy else ''}")
+
+
+# --- the package ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def package():
+    trees = parse_package(ROOT, PACKAGE)
+    edges, private = import_graph(trees, ROOT, PACKAGE)
+    return trees, edges, private
+
+
+def test_the_graph_sees_the_package(package):
+    trees, edges, _ = package
+    assert len(trees) >= 40 and len(edges) >= 100
+    assert any(edge.source == "fspo_lite.trainer" and edge.target == "fspo_lite.algos" for edge in edges)
+    assert any(edge.lazy for edge in edges)
+
+
+def test_no_import_cycle(package):
+    _, edges, _ = package
+    found = [describe_cycle(chain, ROOT) for chain in cycles(edges)]
+    assert not found, "import cycles:\n" + "\n".join(found)
+
+
+def test_no_private_name_across_modules(package):
+    _, _, private = package
+    found = [f"{module_path(source, ROOT)}:{line}: {what}" for source, line, what in private]
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def test_every_module_has_a_layer(package):
+    trees, _, _ = package
+    assert [name for name in trees if layer_of(name, PACKAGE) is None] == []
+
+
+def test_no_import_climbs_a_layer(package):
+    _, edges, _ = package
+    found = [describe_edge(edge, ROOT, PACKAGE) for edge in upward_imports(edges, PACKAGE)]
+    assert not found, "imports that climb back up a layer:\n" + "\n".join(found)
+
+
+def test_module_sizes(package):
+    trees, edges, _ = package
+    lines = {name: len((ROOT / module_path(name, ROOT)).read_text(encoding="utf-8").splitlines()) for name in trees}
+    print(f"\n{'lines':>6}  module (layer)")
+    for name, count in sorted(lines.items(), key=lambda item: -item[1]):
+        print(f"{count:6d}  {name} ({LAYERS[layer_of(name, PACKAGE)][0]}){'  > limit' if count > MAX_LINES else ''}")
+    lazy = sorted({(edge.source, edge.target) for edge in edges if edge.lazy})
+    print(f"{len(lazy)} lazy internal imports:", ", ".join(f"{s} -> {t}" for s, t in lazy))
+    over = sorted(name for name, count in lines.items() if count > MAX_LINES and name not in OVER_LIMIT)
+    assert over == [], f"modules over {MAX_LINES} lines: {over} (split them, or list a data table in OVER_LIMIT)"
+
+
+# --- the checker, on throw-away packages ------------------------------------------------------------
+
+
+def _package(tmp_path: Path, files: dict[str, str]):
+    for name, text in files.items():
+        path = tmp_path / "pkg" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    trees = parse_package(tmp_path, "pkg")
+    return trees, *import_graph(trees, tmp_path, "pkg")
+
+
+def test_checker_finds_cycles_through_lazy_imports(tmp_path):
+    trees, edges, _ = _package(tmp_path, {
+        "__init__.py": "", "a.py": "from .b import f\n", "c.py": "import os\n",
+        "b.py": "def f():\n    from . import a\n    from .sub.d import g\n",
+        "sub/__init__.py": "", "sub/d.py": "from ..c import x\n",
+    })
+    found = cycles(edges)
+    assert [[(e.source, e.target, e.lazy) for e in chain] for chain in found] == \
+        [[("pkg.a", "pkg.b", False), ("pkg.b", "pkg.a", True)]]
+    assert "pkg/b.py:2" in describe_cycle(found[0], tmp_path)
+    assert ("pkg.sub.d", "pkg.c") in {(e.source, e.target) for e in edges}
+    assert cycles([e for e in edges if not e.lazy]) == []
+
+
+def test_checker_finds_private_names(tmp_path):
+    _, _, private = _package(tmp_path, {
+        "__init__.py": "__version__ = '1'\n",
+        "a.py": "def _helper():\n    pass\n\ndef public():\n    return _helper()\n",
+        "b.py": "from .a import _helper, public\nfrom . import a\nfrom . import __version__\nx = a._helper\ny = a.public\n",
+        "c.py": "import pkg.a as m\nfrom os import _exit\nz = m._helper\n",
+    })
+    assert sorted((source, line) for source, line, _ in private) == [("pkg.b", 1), ("pkg.b", 4), ("pkg.c", 3)]
+
+
+def test_checker_finds_imports_that_climb(tmp_path):
+    layers = [("low", ["", "a"]), ("high", ["b", "sub"]), ("top", ["sub.d"])]
+    trees, edges, _ = _package(tmp_path, {
+        "__init__.py": "", "a.py": "def f():\n    from .sub import e\n", "b.py": "from .a import f\n",
+        "sub/__init__.py": "", "sub/e.py": "from ..b import f\nfrom .d import g\n", "sub/d.py": "from .e import h\n",
+    })
+    assert layer_of("pkg.sub.d", "pkg", layers) == 2 and layer_of("pkg.sub.e", "pkg", layers) == 1
+    assert layer_of("pkg", "pkg", layers) == 0 and layer_of("pkg.other", "pkg", layers) is None
+    found = {(e.source, e.target) for e in upward_imports(edges, "pkg", layers)}
+    assert found == {("pkg.a", "pkg.sub.e"), ("pkg.sub.e", "pkg.sub.d")}

@@ -19,8 +19,8 @@ from .align import spans_to_token_values, token_char_offsets
 from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
 from .grading import Outcome, outcome_reward
-from .llm import ChatModel, build_chat_model
-from .methods.detail import detail_bonus, detail_counts, relevance_bonus, relevance_messages
+from .llm import ChatModel
+from .methods.detail import build_relevance_judge, detail_bonus, detail_counts, relevance_bonus, relevance_messages
 from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
 from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
 from .methods import rlfh
@@ -177,17 +177,6 @@ def build_judges(config, checklists: dict[str, list[str]] | None = None) -> Judg
         judges = Judges()
     judges.relevance = build_relevance_judge(config.detail, config.verifier)
     return judges
-
-
-def build_relevance_judge(detail, verifier) -> ChatModel | None:
-    """detail.relevance_judge=llm with a non-zero detail.relevance_weight: a chat model (the server of
-    verifier.server_url when set, else detail.relevance_model locally, default the bundled SmolLM2); else None."""
-    if not detail.relevance_weight or detail.relevance_judge is None:
-        return None
-    if detail.relevance_judge != "llm":
-        raise ValueError(f"detail.relevance_judge must be null or llm, got {detail.relevance_judge!r}")
-    return build_chat_model(detail.relevance_model, verifier.server_url, verifier.server_model, verifier.api_key_env,
-                            verifier.request_timeout, verifier.device, verifier.trust_remote_code, verifier.batch_size)
 
 
 def _relevance(examples, texts, outcomes, detail, judges):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..llm import ChatModel, build_chat_model
 from ..text import near_duplicate_flags
 
 
@@ -69,3 +70,14 @@ def relevance_messages(question: str, response: str) -> list[dict]:
 def relevance_bonus(probability: float | None, weight: float) -> float:
     """weight * P(relevant); a judge reply with neither Yes nor No (None) adds nothing."""
     return 0.0 if probability is None else weight * probability
+
+
+def build_relevance_judge(detail, verifier) -> ChatModel | None:
+    """detail.relevance_judge=llm with a non-zero detail.relevance_weight: a chat model (the server of
+    verifier.server_url when set, else detail.relevance_model locally, default the bundled SmolLM2); else None."""
+    if not detail.relevance_weight or detail.relevance_judge is None:
+        return None
+    if detail.relevance_judge != "llm":
+        raise ValueError(f"detail.relevance_judge must be null or llm, got {detail.relevance_judge!r}")
+    return build_chat_model(detail.relevance_model, verifier.server_url, verifier.server_model, verifier.api_key_env,
+                            verifier.request_timeout, verifier.device, verifier.trust_remote_code, verifier.batch_size)

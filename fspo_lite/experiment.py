@@ -281,10 +281,29 @@ BASE_SECTIONS = ("model", "data", "rollout", "verifier", "evaluation")
 """The config sections that decide the base model's held-out numbers (no training happens)."""
 
 
+def changed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a nested settings dict that differ from `defaults` (sections with no change left out)."""
+    changed = {}
+    for name, value in settings.items():
+        default = defaults.get(name, _ABSENT)
+        if isinstance(value, dict) and isinstance(default, dict):
+            inner = changed_settings(value, default)
+            if inner:
+                changed[name] = inner
+        elif value != default:
+            changed[name] = value
+    return changed
+
+
+_ABSENT = object()
+
+
 def run_key(config: Config, examples: list | None = None, sections: tuple[str, ...] | None = None) -> str:
-    """A hash of everything that decides a run's numbers: the config (all sections, or `sections`), without the
-    output folders and the resume/checkpoint switches, plus the ids of the training questions (a filter file
-    rewritten with other kept ids changes it). Code changes are not in it: after one, delete the runs to redo them."""
+    """A hash of everything that decides a run's numbers: the config settings that differ from the defaults (all
+    sections, or `sections`), without the output folders and the resume/checkpoint switches, plus the ids of the
+    training questions (a filter file rewritten with other kept ids changes it). A setting added later at its
+    default keeps the keys of finished runs. Code changes, defaults included, are not in it: after one, delete
+    the runs to redo them."""
     from .probing import settings_key
 
     settings = config.to_dict()
@@ -293,6 +312,7 @@ def run_key(config: Config, examples: list | None = None, sections: tuple[str, .
         settings[section].pop(key, None)
     if sections is not None:
         settings = {name: settings[name] for name in sections}
+    settings = changed_settings(settings, Config().to_dict())
     if examples is not None:
         settings["train_ids"] = [e.id for e in examples]
     return settings_key(settings)

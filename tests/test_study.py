@@ -12,8 +12,9 @@ from fspo_lite import experiment, models
 from fspo_lite import trainer as trainer_module
 from fspo_lite.__main__ import _portable_argument
 from fspo_lite.data import DATA_DIR, load_examples, portable_spec
-from fspo_lite.experiment import (ROOT, evaluate_base, load_profile, local_sources, override_parameters, run_config,
-                                  run_key, train_and_evaluate)
+from fspo_lite.config import Config
+from fspo_lite.experiment import (ROOT, changed_settings, evaluate_base, load_profile, local_sources,
+                                  override_parameters, run_config, run_key, train_and_evaluate)
 
 SHARED = {"model.name": "tiny", "data.train": "bundled:kbqa_train", "rollout.group_size": 2,
           "rollout.max_new_tokens": 4, "train.steps": 2, "train.prompts_per_step": 1, "train.micro_batch_size": 2,
@@ -111,6 +112,35 @@ def test_run_key_ignores_output_folders_and_resume_switches(tmp_path, questions)
     assert run_key(a, questions) != run_key(run_config(SHARED, "grpo", 1, tmp_path), questions)
     assert run_key(a, questions) != run_key(a, questions[:1])
     assert run_key(a, sections=("model",)) == run_key(run_config(SHARED, "fspo", 2, tmp_path), sections=("model",))
+
+
+def test_changed_settings_keeps_only_what_differs_from_the_defaults():
+    defaults = {"a": {"x": 1, "y": [1, 2]}, "b": {"z": None}, "c": 0.5}
+    assert changed_settings({"a": {"x": 1, "y": [1, 2]}, "b": {"z": None}, "c": 0.5}, defaults) == {}
+    assert changed_settings({"a": {"x": 2, "y": [1, 2]}, "b": {"z": None}, "c": 0.5}, defaults) == {"a": {"x": 2}}
+    assert changed_settings({"a": {"x": 1, "y": [2, 1]}, "b": {"z": "s"}, "c": 1}, defaults) == {
+        "a": {"y": [2, 1]}, "b": {"z": "s"}, "c": 1}
+    assert changed_settings({"new": {"k": 3}}, defaults) == {"new": {"k": 3}}  # not in the defaults: kept
+
+
+def test_a_setting_at_its_default_does_not_change_the_run_key(tmp_path, questions, monkeypatch):
+    """A knob added to the config later (at its default) must not make finished runs look unfinished."""
+    plain = run_config(SHARED, "fspo", 0, tmp_path)
+    key = run_key(plain, questions)
+    to_dict = Config.to_dict
+
+    def with_a_new_knob(self):
+        settings = to_dict(self)
+        settings["detail"]["added_later"] = 0.0
+        return settings
+
+    monkeypatch.setattr(Config, "to_dict", with_a_new_knob)
+    assert run_key(plain, questions) == key
+    monkeypatch.undo()
+    at_default = run_config({**SHARED, "detail.weight": Config().detail.weight}, "fspo", 0, tmp_path)
+    assert run_key(at_default, questions) == key
+    assert run_key(run_config({**SHARED, "detail.weight": 0.3}, "fspo", 0, tmp_path), questions) != key
+    assert "detail" not in changed_settings(plain.to_dict(), Config().to_dict())
 
 
 def test_local_sources_use_the_copies_present_and_say_so(tmp_path):

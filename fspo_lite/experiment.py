@@ -365,7 +365,7 @@ def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) 
         print(f"[fspo_lite] base: finished earlier with the same settings ({run_dir / 'heldout.json'}); skipped")
         return record
     run_dir.mkdir(parents=True, exist_ok=True)
-    model, tokenizer = load_policy(dataclasses.replace(config.model, lora=False))
+    model, tokenizer = load_policy(dataclasses.replace(config.model, lora=False), for_training=False)
     return evaluate_run(config, model, tokenizer, run_dir, progress=progress, method="base", seed=None,
                         train_verifier=None, settings_key=key)
 

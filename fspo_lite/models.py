@@ -292,11 +292,13 @@ def apply_lora(model, config):
 
 
 def load_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inference: bool = False,
-                gpu_memory_utilization: float = 0.4):
+                gpu_memory_utilization: float = 0.4, for_training: bool = True):
     """(model, tokenizer) ready for training: base model plus a LoRA adapter when config.lora.
 
-    The last three arguments matter only to the Unsloth backend (sequence length it compiles for,
-    whether to start its vLLM engine, and that engine's share of GPU memory).
+    `for_training=False` loads a model that only generates and scores (an evaluation of the base model or of
+    a saved adapter): a 4-bit base may then come without an adapter, and it is not prepared for k-bit training.
+    The Unsloth arguments (sequence length it compiles for, whether to start its vLLM engine, and that
+    engine's share of GPU memory) matter only to that backend.
     """
     if isinstance(config, str):
         from .config import ModelConfig
@@ -304,13 +306,13 @@ def load_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inferenc
         config = ModelConfig(name=config)
     if config.backend not in BACKENDS:
         raise ModelLoadError(f"unknown model.backend {config.backend!r}; choose one of {', '.join(BACKENDS)}")
-    if config.load_in_4bit and not config.lora:
+    if config.load_in_4bit and not config.lora and for_training:
         raise ModelLoadError("model.load_in_4bit trains through a LoRA adapter (QLoRA); set model.lora=true")
     if config.backend == "unsloth":
         return load_unsloth_policy(config, seed, max_seq_length, fast_inference, gpu_memory_utilization)
     tokenizer = load_tokenizer(config.name, trust_remote_code=config.trust_remote_code)
     model = load_model(config, seed=seed)
-    if config.load_in_4bit:
+    if config.load_in_4bit and for_training:
         from peft import prepare_model_for_kbit_training
 
         # casts the non-quantized weights (norms, embeddings) to float32 for stable training and makes the

@@ -145,3 +145,19 @@ def test_four_bit_layer_keeps_its_gradient_after_an_inference_pass():
     x.grad = None
     layer.train()(x).sum().backward()
     assert x.grad is not None and torch.equal(x.grad, before)
+
+
+def test_four_bit_base_model_evaluates_without_an_adapter(tmp_path):
+    """The study/lite base-model evaluation loads the 4-bit base with no adapter (nothing trains there); training
+    a 4-bit base still needs LoRA."""
+    from fspo_lite.config import ModelConfig
+    from fspo_lite.experiment import evaluate_base, run_config
+    from fspo_lite.models import ModelLoadError, load_policy
+
+    shared = {"model.name": "smollm2-135m", "model.load_in_4bit": True, "evaluation.benchmarks": ["kbqa"],
+              "evaluation.limit": 1, "evaluation.samples": 1, "evaluation.max_new_tokens": 8,
+              "evaluation.step_verifier": "lexical"}
+    record = evaluate_base(run_config(shared, "grpo", 0, tmp_path), tmp_path)
+    assert record["method"] == "base" and "kbqa.correct" in record["metrics"]
+    with pytest.raises(ModelLoadError, match="set model.lora=true"):
+        load_policy(ModelConfig(name="smollm2-135m", load_in_4bit=True, lora=False))

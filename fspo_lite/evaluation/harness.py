@@ -332,7 +332,7 @@ def load_eval_model(config):
     from ..models import load_policy
 
     model, tokenizer = load_policy(dataclasses.replace(config.model, lora=bool(config.model.adapter_path)),
-                                   seed=config.evaluation.seed)
+                                   seed=config.evaluation.seed, for_training=False)
     return model.eval(), tokenizer
 
 

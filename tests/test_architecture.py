@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                                     "llm"]),
     ("claim extraction", ["claims"]),
     ("verifiers", ["verifiers"]),
+    ("sentence verdicts and FSPO masks", ["verdicts"]),
     ("rewards and methods", ["methods", "rewards"]),
     ("update: checkpoints, processes, sharding", ["checkpoint", "distributed", "fsdp"]),
     ("trainer and its logs", ["trainer", "metrics"]),

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fspo_lite import algos
-from fspo_lite import filtering as filtering_module
+from fspo_lite.drivers import filtering as filtering_module
 from fspo_lite import trainer as trainer_module
 from fspo_lite.__main__ import main as cli_main
 from fspo_lite.checkpoint import CheckpointError, verify_checkpoint

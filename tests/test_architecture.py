@@ -47,7 +47,8 @@ LAYERS: list[tuple[str, list[str]]] = [
 MAX_LINES = 400
 OVER_LIMIT = {
     "fspo_lite.config": "data table: one dataclass field per config key, each with its comment",
-    "fspo_lite.trainer": "to be reduced when rewards.py becomes dispatch only (issue 17, item 1)",
+    "fspo_lite.trainer": "13 lines over; ExampleSampler / load_training_examples could move to the data layer "
+                         "(left while other branches edit trainer.py)",
     "fspo_lite.grading.latex_math": "the grammar of the math parser: one recursive-descent parser, kept whole",
 }
 """Modules allowed over MAX_LINES, with the reason (a new module over the limit fails the test)."""

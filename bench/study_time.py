@@ -89,9 +89,10 @@ def main() -> int:
     from fspo_lite.config import apply_overrides
     from fspo_lite.evaluation import evaluate
     from fspo_lite.evaluation.benchmarks import load_items, resolve
-    from fspo_lite.experiment import load_profile, local_sources, run_config
+    from fspo_lite.drivers.experiment import load_profile, local_sources
+    from fspo_lite.drivers.runs import run_config
     from fspo_lite.models import load_policy
-    from fspo_lite.rewards import reasoning_sentences
+    from fspo_lite.text import reasoning_sentences
     from fspo_lite.trainer import Trainer, load_training_examples
     from fspo_lite.verifiers import build_verifier
     from fspo_lite.verifiers.cli import machine_description

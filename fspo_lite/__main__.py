@@ -61,7 +61,7 @@ def parse_band(text: str) -> list[float]:
 
 def cmd_filter(args) -> int:
     from .config import load_config
-    from .filtering import plot_filter, run_filter
+    from .drivers.filtering import plot_filter, run_filter
 
     band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
     config = load_config(args.config, args.overrides)
@@ -78,7 +78,7 @@ def cmd_filter(args) -> int:
 def cmd_sweep_prompts(args) -> int:
     from .config import load_config
     from .data import portable_spec
-    from .prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
+    from .drivers.prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
 
     config = load_config(args.config, args.overrides)
     results = run_sweep(config, load_prompts(args.prompts), args.samples, args.data, args.cache_dir)
@@ -97,7 +97,7 @@ def cmd_sweep_prompts(args) -> int:
 
 
 def cmd_klcf_checklist(args) -> int:
-    from .checklist import build_checklist_file
+    from .drivers.checklist import build_checklist_file
     from .config import load_config
 
     config = load_config(args.config, args.overrides)
@@ -153,7 +153,7 @@ def cmd_verifiers_calibrate(args) -> int:
 
 
 def cmd_audit_sample(args) -> int:
-    from .audit import sample_command
+    from .drivers.audit import sample_command
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
@@ -170,7 +170,7 @@ def cmd_audit_sample(args) -> int:
 def cmd_audit_score(args) -> int:
     import json
 
-    from .audit import audit_markdown, score_command
+    from .drivers.audit import audit_markdown, score_command
 
     try:
         result = score_command(args.items, args.key, args.resamples, args.seed)
@@ -217,7 +217,7 @@ def cmd_lite(args) -> int:
     from pathlib import Path
 
     from .config import parse_overrides
-    from .experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
+    from .drivers.experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
                              with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     from .evaluation.benchmarks import BENCHMARKS
-    from .experiment import profile_names
+    from .drivers.experiment import profile_names
     from .rewards import REWARD_METHODS
     from .verifiers import VERIFIERS
 

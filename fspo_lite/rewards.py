@@ -1,10 +1,10 @@
-"""From sampled responses to rewards, FSPO sentence masks and token rewards.
+"""From sampled responses to rewards and token advantages: the reward dispatch.
 
 Data flow: rollout -> response views (text + per-token character ranges) -> outcome reward
 per response -> the method's reward (outcome, caution table, RLFH token rewards or KLCF
-recall/precision; fspo_lite.methods) -> sentence labels from the verifier -> (N, C) sentence
-mask over completion tokens. `advantages_from_scores` turns the result into token advantages
-with the pure functions in `algos`.
+recall/precision; fspo_lite.methods) -> sentence verdicts from the verifier and the (N, C)
+FSPO sentence mask (fspo_lite.verdicts). `advantages_from_scores` turns the result into token
+advantages with the pure functions in `algos`.
 """
 
 from __future__ import annotations
@@ -14,98 +14,17 @@ from dataclasses import dataclass, field
 import torch
 
 from . import algos
-from .algos import step_score
-from .align import spans_to_token_values, token_char_offsets
 from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
 from .grading import Outcome, outcome_reward
 from .llm import ChatModel
+from .methods import METHODS, REWARD_METHODS, RewardBatch
 from .methods.detail import build_relevance_judge, detail_bonus, detail_counts, relevance_bonus, relevance_messages
-from .methods.caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
-from .methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
-from .methods import rlfh
-from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness, rlfh_feedback
-from .text import parse_response, reasoning_sentences
-from .verifiers import Verifier, labels_from_scores
-
-
-@dataclass
-class ResponseView:
-    """A response as the reward functions see it: prefix + completion text, and where each
-    completion token sits in that text."""
-
-    text: str
-    offsets: list[tuple[int, int]]
-
-
-def response_views(tokenizer, completion_ids: torch.Tensor, completion_mask: torch.Tensor, prefix: str = ""):
-    """Decode each completion with per-token character ranges, shifted past the response prefix."""
-    views = []
-    for ids, length in zip(completion_ids.tolist(), completion_mask.sum(dim=1).tolist()):
-        text, offsets = token_char_offsets(tokenizer, ids[: int(length)])
-        shift = len(prefix)
-        views.append(ResponseView(prefix + text, [(s + shift, e + shift) for s, e in offsets]))
-    return views
-
-
-@dataclass
-class SentenceVerdicts:
-    """Verifier labels of one response's reasoning sentences (+1 supported, -1 not, 0 not checkable)."""
-
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    labels: list[int] = field(default_factory=list)
-    probabilities: list[float | None] = field(default_factory=list)
-
-
-def verify_sentences(
-    examples: list[QAExample], texts: list[str], verifier: Verifier, threshold: float = 0.5,
-    require_format: bool = True,
-) -> list[SentenceVerdicts]:
-    """Label the reasoning sentences of every response in one batched verifier call.
-
-    Responses of math examples, without evidence, or (with require_format) with malformed tags
-    get no verdicts, so their tokens keep mask 0 as in the FSPO reference.
-    """
-    verdicts = [SentenceVerdicts() for _ in texts]
-    pairs_evidence, pairs_sentence, pairs_question, owners = [], [], [], []
-    for index, (example, text) in enumerate(zip(examples, texts)):
-        if example.task == "math" or not example.evidence:
-            continue
-        if require_format and not parse_response(text).format_ok:
-            continue
-        for span in reasoning_sentences(text):
-            verdicts[index].spans.append(span)
-            pairs_evidence.append(example.evidence)
-            pairs_sentence.append(text[span[0] : span[1]])
-            pairs_question.append(example.question)
-            owners.append(index)
-    if owners:
-        probabilities = verifier.score(pairs_evidence, pairs_sentence, pairs_question)
-        for owner, probability in zip(owners, probabilities):
-            verdicts[owner].probabilities.append(probability)
-    for verdict in verdicts:
-        verdict.labels = labels_from_scores(verdict.probabilities, threshold)
-    return verdicts
-
-
-def sentence_mask(views: list[ResponseView], verdicts: list[SentenceVerdicts], width: int) -> torch.Tensor:
-    """(N, width) tensor: +1/-1 on tokens of supported/unsupported sentences, 0 elsewhere."""
-    mask = torch.zeros(len(views), width)
-    for row, (view, verdict) in enumerate(zip(views, verdicts)):
-        if verdict.spans:
-            values = spans_to_token_values(view.offsets, verdict.spans, verdict.labels)
-            mask[row, : len(values)] = torch.tensor(values, dtype=mask.dtype)
-    return mask
-
-
-def step_factuality(verdicts: list[SentenceVerdicts]) -> tuple[float, int]:
-    """(share of verified sentences that are supported, number verified) over a batch."""
-    verified = [label for v in verdicts for label in v.labels if label != 0]
-    return (sum(1 for label in verified if label > 0) / len(verified) if verified else float("nan")), len(verified)
-
-
-def step_scores(verdicts: list[SentenceVerdicts]) -> list[float]:
-    return [step_score(v.labels) for v in verdicts]
+from .methods.klcf import RewardModel, build_reward_model, load_checklists
+from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness
+from .verdicts import (ResponseView, SentenceVerdicts, response_views, sentence_count_metrics, sentence_mask,
+                       step_factuality, step_scores, verify_sentences)
+from .verifiers import Verifier
 
 
 @dataclass
@@ -126,8 +45,8 @@ class ScoredRollouts:
     """Per-response method details for logs and the playground (caution category, RLFH statements, KLCF scores)."""
 
 
-REWARD_SOURCES = ("grpo", "caution", "rlfh", "klcf")
-REWARD_METHODS = ("grpo", "fspo", "caution", "caution+fspo", "rlfh", "klcf", "klcf+fspo")
+REWARD_SOURCES = tuple(METHODS)
+"""The reward sources (methods.METHODS); REWARD_METHODS lists every valid reward.method."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +63,7 @@ def parse_method(name: str) -> MethodSpec:
     sources = sorted(parts - {"fspo"})
     source = sources[0] if len(sources) == 1 else ("grpo" if not sources else None)
     flip = "fspo" in parts
-    if not parts or source not in REWARD_SOURCES or (flip and source == "rlfh"):
+    if not parts or source not in METHODS or (flip and not METHODS[source].flips):
         raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
                          "(rlfh already rewards each statement, so it is not combined with the FSPO flip)")
     return MethodSpec(source, flip)
@@ -191,91 +110,6 @@ def _relevance(examples, texts, outcomes, detail, judges):
     return probabilities, torch.tensor(bonuses, dtype=torch.float32)
 
 
-def _caution_rewards(examples, texts, outcomes, config, step):
-    """Group-aware caution rewards (methods.caution) and their metrics."""
-    caution = config.caution
-    categories = [
-        answer_category(o.format_ok, o.correct, o.unknown, o.f1,
-                        caution.process_in_reasoning and contains_answer(_think_text(text), e.answers),
-                        caution.process_f1)
-        for e, text, o in zip(examples, texts, outcomes)
-    ]
-    phase = caution_phase(caution.variant, step, caution.switch_step, config.train.steps)
-    size = config.rollout.group_size
-    rewards = []
-    for start in range(0, len(categories), size):
-        rewards += caution_group_rewards(categories[start : start + size], phase, caution.correct_reward,
-                                         caution.process_reward, caution.unknown_reward, config.reward.format_penalty)
-    metrics = {"process_correct_rate": categories.count(PROCESS) / len(categories), "caution_phase": phase}
-    return torch.tensor(rewards), [{"category": c} for c in categories], metrics
-
-
-def _think_text(text: str) -> str:
-    span = parse_response(text).think_span
-    return text[span[0] : span[1]] if span else ""
-
-
-def _rlfh_rewards(examples, views, outcomes, completion_mask, config, verifier, judges):
-    """RLFH token rewards (methods.rlfh) plus the outcome/format term on the final token, clipped per token."""
-    lengths = [int(n) for n in completion_mask.sum(dim=1).tolist()]
-    feedback = rlfh_feedback(
-        [v.text for v in views], [v.offsets for v in views], lengths, [e.question for e in examples],
-        [e.answers for e in examples], [e.evidence for e in examples], judges.extractor, verifier,
-        judges.informativeness, config.rlfh,
-    )
-    token_rewards = torch.zeros(completion_mask.shape, dtype=torch.float32)
-    for row, (item, outcome, length) in enumerate(zip(feedback, outcomes, lengths)):
-        token_rewards[row, :length] = torch.tensor(item.token_rewards, dtype=torch.float32)
-        if length:
-            final = config.rlfh.outcome_weight * outcome.reward if outcome.format_ok else config.reward.format_penalty
-            token_rewards[row, length - 1] += final
-    clip = config.rlfh.reward_clip
-    token_rewards = token_rewards.clamp(-clip, clip) * completion_mask.to(token_rewards.dtype)
-    labels = [label for item in feedback for label in item.labels]
-    infos = [level for item in feedback for level in item.infos]
-    metrics = {
-        "rlfh_statements": len(labels),
-        "rlfh_unlocated": sum(item.unlocated for item in feedback),
-        "rlfh_unplaced": sum(item.unplaced for item in feedback),
-        "rlfh_correct_share": _share(labels, (rlfh.CORRECT, rlfh.HEDGED_CORRECT)),
-        "rlfh_wrong_share": _share(labels, (rlfh.WRONG, rlfh.HEDGED_WRONG)),
-        "rlfh_info_mean": sum(infos) / len(infos) if infos else float("nan"),
-    }
-    details = [{"statements": [s.text for s in item.statements], "labels": item.labels, "infos": item.infos,
-                "truth_rewards": item.truth_rewards, "info_rewards": item.info_rewards,
-                "unlocated": item.unlocated, "unplaced": item.unplaced} for item in feedback]
-    return token_rewards.sum(dim=1), token_rewards, details, metrics
-
-
-def _share(labels: list[str], wanted: tuple[str, ...]) -> float:
-    return sum(label in wanted for label in labels) / len(labels) if labels else float("nan")
-
-
-def _klcf_rewards(examples, texts, outcomes, config, verifier, judges):
-    """KLCF recall/precision (+ reward model) rewards (methods.klcf); malformed responses get the format penalty."""
-    klcf = config.klcf
-    checklists = [judges.checklists.get(e.id, []) for e in examples]
-    scores = klcf_scores(texts, checklists, [e.evidence for e in examples], [e.question for e in examples],
-                         judges.extractor, verifier, klcf.match_threshold)
-    rm_scores = (judges.reward_model.score([e.question for e in examples], texts) if judges.reward_model
-                 else [0.0] * len(texts))
-    rewards = [
-        klcf_reward(recall, precision, klcf, rm, outcome.reward) if outcome.format_ok else config.reward.format_penalty
-        for (recall, precision, _), rm, outcome in zip(scores, rm_scores, outcomes)
-    ]
-    metrics = {
-        "klcf_recall": sum(s[0] for s in scores) / len(scores),
-        "klcf_precision": sum(s[1] for s in scores) / len(scores),
-        "klcf_claims_per_response": sum(s[2] for s in scores) / len(scores),
-        "klcf_empty_checklist_share": sum(not c for c in checklists) / len(checklists),
-    }
-    if judges.reward_model:
-        metrics["klcf_reward_model"] = sum(rm_scores) / len(rm_scores)
-    details = [{"recall": r, "precision": p, "claims": n, "checklist": c}
-               for (r, p, n), c in zip(scores, checklists)]
-    return torch.tensor(rewards, dtype=torch.float32), details, metrics
-
-
 def _detail_rewards(texts, verdicts, outcomes, detail):
     """The detail term of each response (methods.detail; 0 for malformed ones) and the per-response sentence
     counts it rests on. `detail` is config.detail."""
@@ -284,18 +118,6 @@ def _detail_rewards(texts, verdicts, outcomes, detail):
     bonuses = [detail_bonus(c, detail.weight, detail.cap, detail.precision_weight) if o.format_ok else 0.0
                for c, o in zip(counts, outcomes)]
     return torch.tensor(bonuses, dtype=torch.float32), counts
-
-
-def sentence_count_metrics(verdicts: list[SentenceVerdicts], duplicates: list[int]) -> dict[str, float]:
-    """Per-response means of supported, unsupported and checkable reasoning sentences and of near-duplicates:
-    a method that lowers the unsupported share by writing less shows it here."""
-    n = max(len(verdicts), 1)
-    return {
-        "supported_per_response": sum(v.labels.count(1) for v in verdicts) / n,
-        "unsupported_per_response": sum(v.labels.count(-1) for v in verdicts) / n,
-        "checkable_per_response": sum(sum(1 for x in v.labels if x != 0) for v in verdicts) / n,
-        "duplicate_sentences_per_response": sum(duplicates) / n,
-    }
 
 
 def relevance_metrics(probabilities: list[float | None]) -> dict[str, float]:
@@ -314,7 +136,8 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
     the method's claim extractor, checklists and reward model (built from the config when None).
     """
     spec = parse_method(config.reward.method)
-    if spec.source in ("rlfh", "klcf") and verifier is None:
+    method = METHODS[spec.source]
+    if method.needs_verifier and verifier is None:
         raise ValueError(f"reward.method={config.reward.method} needs a verifier")
     judges = judges if judges is not None else build_judges(config)
     views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
@@ -323,15 +146,12 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
         outcome_reward(example, text, config.reward.answer_metric, config.reward.format_penalty)
         for example, text in zip(examples, texts)
     ]
-    rewards = torch.tensor([o.reward for o in outcomes], dtype=torch.float32)
-    token_rewards, details, method_metrics = None, [{} for _ in texts], {}
-    if spec.source == "caution":
-        rewards, details, method_metrics = _caution_rewards(examples, texts, outcomes, config, step)
-    elif spec.source == "rlfh":
-        rewards, token_rewards, details, method_metrics = _rlfh_rewards(
-            examples, views, outcomes, rollout.completion_mask, config, verifier, judges)
-    elif spec.source == "klcf":
-        rewards, details, method_metrics = _klcf_rewards(examples, texts, outcomes, config, verifier, judges)
+    batch = RewardBatch(examples, views, outcomes, rollout.completion_mask, config.reward.format_penalty,
+                        config.rollout.group_size, step, config.train.steps)
+    section = getattr(config, method.section) if method.section else None
+    result = method.score(batch, section, verifier, judges)
+    rewards, token_rewards, details, method_metrics = (result.rewards, result.token_rewards, result.details,
+                                                       result.metrics)
     detail_on = bool(config.detail.weight or config.detail.precision_weight)
     if detail_on and verifier is None:
         raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")

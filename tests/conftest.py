@@ -21,6 +21,17 @@ if not os.environ.get("FSPO_LITE_DATA") and TEAM_DATA.is_dir():
     os.environ["FSPO_LITE_DATA"] = str(TEAM_DATA)
 
 
+def load_script(name: str):
+    """A script of scripts/ (a build tool outside the package, e.g. data_build) imported as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def shared_file(name: str) -> Path:
     """A file of the data folder, or skip the test when it is absent."""
     from fspo_lite.data_files import data_dir

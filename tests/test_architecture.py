@@ -35,22 +35,20 @@ LAYERS: list[tuple[str, list[str]]] = [
                                     "llm"]),
     ("claim extraction", ["claims"]),
     ("verifiers", ["verifiers"]),
+    ("sentence verdicts and FSPO masks", ["verdicts"]),
     ("rewards and methods", ["methods", "rewards"]),
     ("update: checkpoints, processes, sharding", ["checkpoint", "distributed", "fsdp"]),
     ("trainer and its logs", ["trainer", "metrics"]),
     ("evaluation", ["evaluation"]),
-    ("experiment drivers, tools and CLI", ["", "__main__", "experiment", "report", "playground", "prompt_sweep",
-                                           "filtering", "checklist", "probing", "audit", "verifiers.cli",
-                                           "data_build", "notebook_tools"]),
+    ("experiment drivers, tools and CLI", ["", "__main__", "drivers", "verifiers.cli", "notebook_tools"]),
 ]
 """The architecture, one way from data to metrics ("" is the package's __init__, the public facade)."""
 
 MAX_LINES = 400
 OVER_LIMIT = {
     "fspo_lite.config": "data table: one dataclass field per config key, each with its comment",
-    "fspo_lite.data_build": "build tool, to leave the runtime package (issue 17, item 1)",
-    "fspo_lite.report": "experiment driver, to be split when the drivers move (issue 17, item 1)",
-    "fspo_lite.trainer": "to be reduced when rewards.py becomes dispatch only (issue 17, item 1)",
+    "fspo_lite.trainer": "13 lines over; ExampleSampler / load_training_examples could move to the data layer "
+                         "(left while other branches edit trainer.py)",
     "fspo_lite.grading.latex_math": "the grammar of the math parser: one recursive-descent parser, kept whole",
 }
 """Modules allowed over MAX_LINES, with the reason (a new module over the limit fails the test)."""

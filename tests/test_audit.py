@@ -1,10 +1,10 @@
-"""The blind audit (fspo_lite.audit): the draw, the blinding, the scoring of a synthetic labeled file, the CLI."""
+"""The blind audit (fspo_lite.drivers.audit): the draw, the blinding, the scoring of a synthetic labeled file, the CLI."""
 
 import json
 
 import pytest
 
-from fspo_lite import audit
+from fspo_lite.drivers import audit
 from fspo_lite.__main__ import main
 from fspo_lite.labeling import load_items, save_items
 

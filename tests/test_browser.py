@@ -6,7 +6,7 @@ started from this environment on 127.0.0.1 with a random token, in a scratch fol
 
 - 05: run all cells, drag two reward sliders (reward.step_reward_lambda, detail.weight), pick another method and every
   example in the dropdowns; the reward table and the bar chart under the sliders must become what
-  `fspo_lite.playground` computes for those settings (the update times are printed, not asserted);
+  `fspo_lite.drivers.playground` computes for those settings (the update times are printed, not asserted);
 - 02: run all cells, label two sentences (and type a note) with the labeling tool, press Save; the file must hold them;
 - 01 and 04: open the executed copies of a quick-profile run; every figure must render, no output may be an error.
 
@@ -216,7 +216,7 @@ def expected_png(result, index: int) -> bytes:
     from IPython.core.pylabtools import print_figure
     from matplotlib_inline.config import InlineBackend
 
-    from fspo_lite.playground import plot_token_advantages
+    from fspo_lite.drivers.playground import plot_token_advantages
 
     backend = InlineBackend()
     with matplotlib.rc_context(backend.rc):
@@ -277,7 +277,7 @@ def drag_slider(page, box, section: str, key: str, fraction: float) -> float:
 def test_playground_sliders_update_table_and_plot(lab, page):
     from fspo_lite.config import Config
     from fspo_lite.models import load_tokenizer
-    from fspo_lite.playground import compute_playground, load_items, reward_table
+    from fspo_lite.drivers.playground import compute_playground, load_items, reward_table
     from fspo_lite.verifiers import build_verifier
 
     open_notebook(page, lab, "notebooks/05_reward_playground.ipynb")

@@ -1,4 +1,4 @@
-"""The bundled QA data: the builder is deterministic, every record follows the schema, and the
+"""The bundled QA data: the builder (scripts/data_build.py) is deterministic, every record follows the schema, and the
 committed files in data/ are exactly what the builder writes."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite import data_build
+from conftest import load_script
+
+data_build = load_script("data_build")
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 KBQA_FILES = ("kbqa_train.jsonl", "kbqa_test.jsonl")
@@ -62,7 +64,7 @@ def test_committed_data_match_a_fresh_build(builds):
     first, _, _ = builds
     for name in KBQA_FILES + MULTIHOP_FILES:
         assert (DATA / name).read_bytes() == (first / name).read_bytes(), (
-            f"data/{name} is stale: run python -m fspo_lite.data_build --out data --seed 0")
+            f"data/{name} is stale: run python scripts/data_build.py --out data --seed 0")
 
 
 def test_kbqa_split_is_stratified(builds):

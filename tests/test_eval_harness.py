@@ -275,9 +275,9 @@ def test_llm_judge_reads_yes_no_replies():
 
 
 def test_truthfulqa_sample_rebuilds_from_the_shared_file(tmp_path):
-    from conftest import shared_file
+    from conftest import load_script, shared_file
 
-    from fspo_lite.data_build import build_truthfulqa_sample
+    build_truthfulqa_sample = load_script("data_build").build_truthfulqa_sample
     from fspo_lite.data import DATA_DIR
 
     build_truthfulqa_sample(shared_file("truthfulqa.jsonl"), tmp_path)

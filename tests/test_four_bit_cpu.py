@@ -151,7 +151,7 @@ def test_four_bit_base_model_evaluates_without_an_adapter(tmp_path):
     """The study/lite base-model evaluation loads the 4-bit base with no adapter (nothing trains there); training
     a 4-bit base still needs LoRA."""
     from fspo_lite.config import ModelConfig
-    from fspo_lite.experiment import evaluate_base, run_config
+    from fspo_lite.drivers.runs import evaluate_base, run_config
     from fspo_lite.models import ModelLoadError, load_policy
 
     shared = {"model.name": "smollm2-135m", "model.load_in_4bit": True, "evaluation.benchmarks": ["kbqa"],

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from fspo_lite.__main__ import main
-from fspo_lite.experiment import load_profile
+from fspo_lite.drivers.experiment import load_profile
 
 pytest.importorskip("papermill")
 

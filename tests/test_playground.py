@@ -2,7 +2,7 @@
 
 import pytest
 
-from fspo_lite import playground
+from fspo_lite.drivers import playground
 from fspo_lite.config import ConfigError
 from fspo_lite.data import QAExample
 

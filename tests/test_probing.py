@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from fspo_lite import checklist as checklist_module
-from fspo_lite import filtering, prompt_sweep
+from fspo_lite.drivers import checklist as checklist_module
+from fspo_lite.drivers import filtering, prompt_sweep
 from fspo_lite.__main__ import main
 from fspo_lite.config import load_config
 from fspo_lite.methods.klcf import load_checklists
-from fspo_lite.probing import QuestionStats
+from fspo_lite.drivers.probing import QuestionStats
 from fspo_lite.trainer import load_training_examples
 
 QUESTIONS = {  # question -> the completions the fake model cycles through (after the "<think>" prefix)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from fspo_lite import algos
-from fspo_lite import filtering as filtering_module
+from fspo_lite.drivers import filtering as filtering_module
 from fspo_lite import trainer as trainer_module
 from fspo_lite.__main__ import main as cli_main
 from fspo_lite.checkpoint import CheckpointError, verify_checkpoint
@@ -68,7 +68,7 @@ def test_huge_numbers_are_graded_quickly_in_the_main_process():
     result = run_child(f"""
         import json, time
         from fspo_lite.grading import math_answers_equal
-        from fspo_lite.rewards import outcome_reward
+        from fspo_lite.grading import outcome_reward
         from fspo_lite.data import QAExample
         slowest, verdicts = 0.0, []
         for a, b in {HUGE_NUMBERS!r}:
@@ -116,7 +116,7 @@ def test_sentence_splitting_never_hangs_on_reference_brackets():
     result = run_child(f"""
         import json, time
         from fspo_lite.text import sentence_spans
-        from fspo_lite.rewards import reasoning_sentences
+        from fspo_lite.text import reasoning_sentences
         slowest = 0.0
         for text in {PYSBD_TRAPS!r}:
             for function in (sentence_spans, reasoning_sentences):

@@ -1,4 +1,5 @@
-"""The lite job's aggregation (fspo_lite.report) and profile handling (fspo_lite.experiment) on hand-made inputs."""
+"""The lite job's aggregation (fspo_lite.drivers.report) and profile handling (drivers.experiment, drivers.runs)
+on hand-made inputs."""
 
 import json
 import math
@@ -6,9 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from fspo_lite.experiment import load_profile, resolve_parameters, run_config, run_name
-from fspo_lite.report import (
-    DECOMPOSITION,
+from fspo_lite.drivers.experiment import load_profile, resolve_parameters
+from fspo_lite.drivers.report import (
     flip_example,
     goal_check,
     load_heldout,
@@ -17,6 +17,8 @@ from fspo_lite.report import (
     summary_markdown,
     training_diagnostics,
 )
+from fspo_lite.drivers.runs import run_config, run_name
+from fspo_lite.evaluation.metrics import DECOMPOSITION
 
 
 def _heldout():
@@ -163,7 +165,7 @@ def _study_runs(root):
 
 
 def test_study_cells_and_statistics_by_hand(tmp_path):
-    from fspo_lite.report import judges_of, load_responses, matched_length, metric_cells, study_statistics
+    from fspo_lite.drivers.report import judges_of, load_responses, matched_length, metric_cells, study_statistics
 
     responses = load_responses(_study_runs(tmp_path))
     assert judges_of(responses) == ["embedding", "lexical"]
@@ -201,7 +203,7 @@ def test_study_cells_and_statistics_by_hand(tmp_path):
 
 
 def test_study_report_files_and_goal(tmp_path):
-    from fspo_lite.report import study_report
+    from fspo_lite.drivers.report import study_report
 
     runs = _study_runs(tmp_path / "runs")
     out = study_report(runs, tmp_path / "results", tmp_path / "figures", "study_", ["base", "grpo", "fspo"],
@@ -220,7 +222,7 @@ def test_study_report_files_and_goal(tmp_path):
 
 
 def test_caution_goal_point_estimates_and_intervals():
-    from fspo_lite.report import caution_goal, length_stratum
+    from fspo_lite.drivers.report import caution_goal, length_stratum
 
     def frame(correct_diff, correct_low, relative, relative_high):
         return pd.DataFrame([
@@ -248,7 +250,7 @@ def _diff(diff, low, high):
 
 
 def test_say_less_reading_covers_every_case():
-    from fspo_lite.report import direction, say_less_reading
+    from fspo_lite.drivers.report import direction, say_less_reading
 
     assert [direction(_diff(0, lo, hi)) for lo, hi in ((-2, -1), (1, 2), (-1, 1), (float("nan"), 1))] == [
         "below", "above", "unresolved", "n/a"]
@@ -275,7 +277,7 @@ def _differences(arm_supported, arm_unsupported):
 
 
 def test_detail_arm_check_met_holds_and_no():
-    from fspo_lite.report import detail_answer, detail_arm_check, detail_markdown
+    from fspo_lite.drivers.report import detail_answer, detail_arm_check, detail_markdown
 
     versus = pd.DataFrame([{"metric": "supported_per_response@embedding", "method": "fspo+detail",
                             "baseline": "fspo", "diff": 0.4, "low": 0.1, "high": 0.7}])
@@ -301,7 +303,7 @@ def test_detail_arm_check_met_holds_and_no():
 def test_study_report_answers_the_detail_arm_question(tmp_path):
     """fspo+detail (2 seeds): q1 wrong with one supported and one unsupported sentence, q2 right with one
     supported: per response 1.0 supported (grpo 0.5, fspo 0.5) and 0.5 unsupported (grpo 1.0, fspo 0.5)."""
-    from fspo_lite.report import study_report
+    from fspo_lite.drivers.report import study_report
 
     runs = _study_runs(tmp_path / "runs")
     wrong = ("q1", "INCORRECT", {"embedding": [1, -1], "lexical": [0, -1]}, 20)

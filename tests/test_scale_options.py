@@ -3,7 +3,7 @@
 import pytest
 
 from fspo_lite.config import ConfigError, parse_overrides
-from fspo_lite.experiment import load_profile, with_training_overrides
+from fspo_lite.drivers.experiment import load_profile, with_training_overrides
 
 
 def test_lite_set_reaches_the_training_notebook_overrides():
@@ -56,7 +56,7 @@ def test_accelerate_sharding_is_refused_with_the_torchrun_command():
 
 def test_lite_set_takes_notebook_parameters_and_config_keys(monkeypatch, tmp_path):
     """`lite --set 03.PARAM=V` sets a notebook parameter, `--set KEY=V` a config key of the training runs."""
-    import fspo_lite.experiment as experiment
+    import fspo_lite.drivers.experiment as experiment
     from fspo_lite.__main__ import main
 
     seen = {}

@@ -1,4 +1,4 @@
-"""The study's resumable runs (fspo_lite.experiment: run_key, train_and_evaluate, evaluate_base), its profile
+"""The study's resumable runs (fspo_lite.drivers.runs: run_key, train_and_evaluate, evaluate_base), its profile
 tools (parameter overrides, local benchmark copies) and portable recorded commands. Tiny random model: about
 half a minute on 2 idle CPU cores."""
 
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite import experiment, models
+from fspo_lite import models
 from fspo_lite import trainer as trainer_module
 from fspo_lite.__main__ import _portable_argument
 from fspo_lite.data import DATA_DIR, load_examples, portable_spec
 from fspo_lite.config import Config
-from fspo_lite.experiment import (ROOT, changed_settings, evaluate_base, load_profile, local_sources,
-                                  override_parameters, run_config, run_key, train_and_evaluate)
+from fspo_lite.drivers.experiment import ROOT, load_profile, local_sources, override_parameters
+from fspo_lite.drivers.runs import changed_settings, evaluate_base, run_config, run_key, train_and_evaluate
 
 SHARED = {"model.name": "tiny", "data.train": "bundled:kbqa_train", "rollout.group_size": 2,
           "rollout.max_new_tokens": 4, "train.steps": 2, "train.prompts_per_step": 1, "train.micro_batch_size": 2,
@@ -195,7 +195,7 @@ def test_recorded_paths_are_portable(tmp_path):
 
 
 def test_results_go_where_notebook_04_writes_them(tmp_path):
-    from fspo_lite.experiment import record_timings, results_folder
+    from fspo_lite.drivers.experiment import record_timings, results_folder
 
     assert results_folder(load_profile("study"), tmp_path) == tmp_path / "results" / "study"
     assert results_folder(load_profile("quick"), tmp_path) == tmp_path / "results"
@@ -213,7 +213,7 @@ DETAIL_ARM = {"fspo+detail": {"reward.method": "fspo", "detail.weight": 0.2}}
 
 
 def test_a_named_arm_sets_its_keys_and_leaves_the_other_arms_alone(tmp_path, questions):
-    from fspo_lite.experiment import arm_overrides
+    from fspo_lite.drivers.runs import arm_overrides
 
     assert arm_overrides("caution+fspo", DETAIL_ARM) == {"reward.method": "caution+fspo"}
     assert arm_overrides("fspo+detail", DETAIL_ARM) == DETAIL_ARM["fspo+detail"]

@@ -20,7 +20,7 @@ import torch
 
 from ..prompts import prompt_text, render_prompt
 from ..grading import grade_answer, outcome_reward
-from ..rewards import step_factuality, verify_sentences
+from ..verdicts import step_factuality, verify_sentences
 from ..text import NEAR_DUPLICATE_JACCARD, extract_answer, near_duplicate_count, parse_number
 from . import metrics as M
 from .benchmarks import BENCHMARKS, load_items, resolve

@@ -2,7 +2,7 @@
 
 Offline, each training question gets a checklist: the claims of the base model's own sampled
 answers that the verifier supports, de-duplicated (`build_checklist`; the command is
-`python -m fspo_lite klcf-checklist`, fspo_lite.checklist). Online, a response earns
+`python -m fspo_lite klcf-checklist`, fspo_lite.drivers.checklist). Online, a response earns
 
     recall    = share of its question's checklist facts that it states,
     precision = mean P(supported | evidence, claim) over its own claims,

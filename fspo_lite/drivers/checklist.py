@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .claims import build_claim_extractor
-from .methods.klcf import CHECKLIST_KIND, build_checklist
+from ..claims import build_claim_extractor
+from ..methods.klcf import CHECKLIST_KIND, build_checklist
 from .probing import QuestionCache, base_engine, for_each_uncached, probe_settings, training_questions
-from .verifiers import build_verifier
+from ..verifiers import build_verifier
 
 
 def build_checklist_file(config, samples: int | None = None, output: str | None = None, progress: bool = True,

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import portable_spec
+from ..data import portable_spec
 from .probing import QuestionCache, base_engine, probe, probe_settings, training_questions
 
 FORMAT = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."

@@ -9,8 +9,9 @@ Two sets share the canonical record schema (see ``SCHEMA_KEYS`` and ``validate_r
   prose to check reasoning sentences against.
 - ``multihop_{train,test}.jsonl``: a hand-written HotpotQA-style set (``MULTIHOP_ITEMS``).
 
-``python -m fspo_lite.data_build --out data --seed 0`` rewrites all four files; the output is
-byte-identical for the same seed and package versions (``FACT_PACKAGES``).
+``python scripts/data_build.py --out data --seed 0`` rewrites all four files; the output is
+byte-identical for the same seed and package versions (``FACT_PACKAGES``). A build tool: it lives outside
+the runtime package, which only reads the files it writes (``fspo_lite.data``).
 """
 
 from __future__ import annotations
@@ -1005,7 +1006,7 @@ def build_truthfulqa_sample(source: str | Path, out_dir: str | Path, size: int =
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: rebuild the bundled kbqa and multihop files (or, with --truthfulqa, only the TruthfulQA
     sample) and print their counts."""
-    parser = argparse.ArgumentParser(prog="python -m fspo_lite.data_build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python scripts/data_build.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="data", help="output folder (default: data)")
     parser.add_argument("--seed", type=int, default=0, help="seed for subject choice, evidence order and split")
     parser.add_argument("--truthfulqa", metavar="PATH", help="write only truthfulqa_sample.jsonl, drawn from this "

@@ -1,0 +1,12 @@
+"""The experiment drivers: what runs the library for an experiment, on top of the training and evaluation code.
+
+- `experiment`: lite-job profiles and the notebook sequence under papermill (`python -m fspo_lite lite`);
+- `runs`: notebook 03's runs: train and evaluate each method x seed, resumably (the study);
+- `report`: the results of the lite job and the study (notebook 04);
+- `playground`: the reward playground's logic (notebook 05);
+- `probing`: one cached sample-and-grade loop over the base model, used by
+  `filtering` (`python -m fspo_lite filter`), `prompt_sweep` (`sweep-prompts`) and `checklist` (`klcf-checklist`);
+- `audit`: the blind audit of held-out sentences (`python -m fspo_lite audit`).
+
+Nothing below this package imports it (tests/test_architecture.py checks the layers).
+"""

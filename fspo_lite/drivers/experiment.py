@@ -1,0 +1,214 @@
+"""The lite reproduction: profiles and the notebook sequence under papermill.
+
+A profile (`configs/lite/lite.yaml`, `quick.yaml`, `colab_t4.yaml`) is plain data: where the outputs go and, per
+notebook, the papermill parameters. `run_profile` executes the notebooks in order into
+`<out>/results/notebooks/`, times each one and adds the timings to the summary that notebook 04 writes
+(`<out>/results/summary.json` and `.md`). `python -m fspo_lite lite --profile lite|quick` calls it. Notebook 03's
+training and evaluation calls are in `fspo_lite.drivers.runs`.
+
+The benchmarks a profile lists under `local_data` read their full copy from the data folder (`--data-dir`, else
+$FSPO_LITE_DATA, else ~/.cache/fspo-lite/data) when it is there, the bundled sample otherwise. The choice is
+printed and recorded in summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..data_files import data_dir
+from ..evaluation.benchmarks import BENCHMARKS
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE_DIR = ROOT / "configs" / "lite"
+"""Named profiles: configs/lite/<name>.yaml (lite, quick, colab_t4)."""
+
+
+# ---- profiles and the notebook sequence ---------------------------------------------------
+@dataclass
+class Profile:
+    """One lite-job profile: its name, output root and the ordered (notebook, parameters) pairs."""
+
+    name: str
+    out: str
+    notebooks: list[tuple[str, dict[str, Any]]]
+    description: str = ""
+    local_data: list[str] = field(default_factory=list)
+    """Benchmarks that read their full copy from the data folder when present (see `local_sources`)."""
+
+
+def profile_names() -> dict[str, str]:
+    """The named profiles (configs/lite/<name>.yaml) and their descriptions."""
+    return {path.stem: str((yaml.safe_load(path.read_text()) or {}).get("description", ""))
+            for path in sorted(PROFILE_DIR.glob("*.yaml"))}
+
+
+def load_profile(name_or_path: str) -> Profile:
+    """A profile by name ('lite', 'quick') or YAML path; errors name the valid profiles."""
+    named = PROFILE_DIR / f"{name_or_path}.yaml"
+    path = named if named.exists() else Path(name_or_path)
+    if not path.is_file():
+        names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
+        raise FileNotFoundError(f"no profile {name_or_path!r}: use one of {names} or a YAML file")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = set(data) - {"description", "out", "notebooks", "local_data"}
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {sorted(unknown)}; valid: description, out, notebooks, local_data")
+    local_data = data.get("local_data") or []
+    with_files = [b.name for b in BENCHMARKS.values() if b.file]
+    if not isinstance(local_data, list) or not all(name in with_files for name in local_data):
+        raise ValueError(f"{path}: local_data must list benchmarks with a data-folder file ({', '.join(with_files)}), "
+                         f"got {local_data!r}")
+    notebooks = []
+    for entry in data.get("notebooks") or []:
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ValueError(f"{path}: each notebooks entry needs a name (and optional parameters), got {entry!r}")
+        notebooks.append((entry["name"], dict(entry.get("parameters") or {})))
+    return Profile(path.stem, str(data.get("out", ".")), notebooks, data.get("description", ""), list(local_data))
+
+
+def override_parameters(profile: Profile, overrides: list[str]) -> Profile:
+    """A copy of the profile with notebook parameters replaced: each override is 'NB.PARAM=VALUE' (VALUE parsed as
+    YAML), NB a notebook's name or its number prefix ('03'); 'NB.overrides.KEY=VALUE' sets one dotted config key in
+    that notebook's `overrides` mapping. E.g. `--set 03.seeds=[0] --set 03.overrides.evaluation.limit=2`."""
+    notebooks = [(name, dict(parameters)) for name, parameters in profile.notebooks]
+    for item in overrides:
+        target, equals, raw = item.partition("=")
+        target = target.strip()
+        full_names = [name for name, _ in notebooks if target.startswith(name + ".")]
+        where, _, parameter = ((full_names[0], "", target[len(full_names[0]) + 1:]) if full_names
+                               else target.partition("."))
+        if not equals or not parameter:
+            raise ValueError(f"profile override {item!r} must look like NB.PARAM=VALUE, e.g. 03.seeds=[0,1]")
+        matches = [parameters for name, parameters in notebooks if name == where or name.split("_")[0] == where]
+        if len(matches) != 1:
+            names = ", ".join(name for name, _ in notebooks)
+            raise ValueError(f"profile override {item!r}: {where!r} names no single notebook of {names}")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if parameter.startswith("overrides."):
+            matches[0]["overrides"] = {**(matches[0].get("overrides") or {}), parameter[len("overrides."):]: value}
+        else:
+            matches[0][parameter] = value
+    return Profile(profile.name, profile.out, notebooks, profile.description, list(profile.local_data))
+
+
+def local_sources(local_data: list[str], folder: str | Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """({benchmark: spec} for notebook 03's evaluation.sources, {benchmark: what it reads}).
+
+    Every benchmark with a bundled sample reads it (`bundled:<name>`), except those in `local_data` whose file is in
+    the data folder (`folder`, default `data_dir()`): they read that copy. So a profile's numbers never depend on
+    what else a machine's data folder holds. Paths inside or beside the repository are written relative to it
+    (notebooks run from its root), so records hold no machine-specific prefix."""
+    folder = Path(folder).expanduser() if folder else data_dir()
+    sources, used = {}, {}
+    for entry in BENCHMARKS.values():
+        path = folder / f"{entry.file}.jsonl" if entry.file else None
+        if entry.name in local_data and path is not None and path.is_file():
+            sources[entry.name] = os.path.relpath(path.resolve(), ROOT)
+            used[entry.name] = f"local copy {sources[entry.name]}"
+        elif entry.bundled:
+            sources[entry.name] = entry.bundled
+            if entry.name in local_data:
+                used[entry.name] = f"bundled sample ({path} not found)"
+    return sources, used
+
+
+TRAINING_NOTEBOOK = "03_train_fspo.ipynb"
+
+
+def with_training_overrides(profile: Profile, overrides: dict[str, Any]) -> Profile:
+    """The profile with config overrides (e.g. {"model.load_in_4bit": True}) added to the training notebook's
+    `overrides` parameter; the given values win over the profile's own."""
+    if not overrides:
+        return profile
+    names = [name for name, _ in profile.notebooks]
+    if TRAINING_NOTEBOOK not in names:
+        raise ValueError(f"profile {profile.name} runs no {TRAINING_NOTEBOOK}: --set has nothing to apply to")
+    notebooks = [(name, {**parameters, "overrides": {**(parameters.get("overrides") or {}), **overrides}})
+                 if name == TRAINING_NOTEBOOK else (name, parameters) for name, parameters in profile.notebooks]
+    return Profile(profile.name, profile.out, notebooks, profile.description, list(profile.local_data))
+
+
+def resolve_parameters(parameters: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Replace '{out}' in string values (also inside lists) by the absolute output root."""
+    def fill(value):
+        if isinstance(value, str):
+            return value.replace("{out}", str(out))
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    return {key: fill(value) for key, value in parameters.items()}
+
+
+def run_profile(profile: Profile, out: str | Path | None = None, progress: bool = True,
+                data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Execute the profile's notebooks in order (cwd = repository root); returns the summary with timings.
+
+    Executed copies go to `<results>/notebooks/` (`results_folder`: `<out>/results` unless notebook 04 is given
+    another results_dir). A failing notebook stops the sequence with papermill's
+    error, which names the cell; its partly executed copy is kept for reading. Notebook 03 gets
+    evaluation.sources.<benchmark> overrides from `local_sources`: the bundled samples, or for the profile's
+    `local_data` benchmarks their copy in the data folder (`data_dir`, default $FSPO_LITE_DATA) when present.
+    """
+    import papermill
+
+    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    results_dir = results_folder(profile, out)
+    executed_dir = results_dir / "notebooks"
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    sources, used = local_sources(profile.local_data, data_dir)
+    for name, what in used.items():
+        print(f"[fspo_lite] {name}: {what}")
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    for name, parameters in profile.notebooks:
+        source = ROOT / "notebooks" / name
+        if not source.exists():
+            raise FileNotFoundError(f"profile {profile.name}: {source} does not exist")
+        parameters = resolve_parameters(parameters, out)
+        if sources and name.startswith("03_"):
+            parameters["overrides"] = {**{f"evaluation.sources.{b}": spec for b, spec in sources.items()},
+                                       **(parameters.get("overrides") or {})}  # the profile's own keys win
+        begun = time.perf_counter()
+        papermill.execute_notebook(str(source), str(executed_dir / name), parameters=parameters,
+                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3")
+        timings[name] = round(time.perf_counter() - begun, 1)
+        print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
+    total = round(time.perf_counter() - started, 1)
+    return record_timings(results_dir, profile.name, timings, total, used)
+
+
+def results_folder(profile: Profile, out: Path) -> Path:
+    """Where the profile's summary and executed notebooks go: the `results_dir` parameter (of notebook 04), else
+    `<out>/results`."""
+    folders = [parameters["results_dir"] for _, parameters in profile.notebooks if "results_dir" in parameters]
+    return (ROOT / resolve_parameters({"d": folders[-1]}, out)["d"]).resolve() if folders else out / "results"
+
+
+def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
+                   data: dict[str, str] | None = None) -> dict[str, Any]:
+    """Add the profile name, wall times and (when the profile has local_data) which benchmark data each
+    benchmark read to summary.json / summary.md (written by notebook 04)."""
+    summary_path = results_dir / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,
+                      "command": f"python -m fspo_lite lite --profile {profile}"}
+    if data:
+        summary["job"]["benchmark_data"] = data
+    summary_path.write_text(json.dumps(summary, indent=2))
+    lines = [f"| {name} | {seconds:.0f} |" for name, seconds in timings.items()]
+    markdown = results_dir / "summary.md"
+    text = markdown.read_text() if markdown.exists() else ""
+    text += (f"\n## Wall time (profile `{profile}`)\n\n| notebook | seconds |\n|---|---|\n" + "\n".join(lines)
+             + f"\n| **total** | **{total:.0f}** ({total / 60:.1f} min) |\n")
+    if data:
+        text += "\nBenchmark data: " + "; ".join(f"{name}: {what}" for name, what in data.items()) + "\n"
+    markdown.write_text(text)
+    return summary

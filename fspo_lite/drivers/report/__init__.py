@@ -1,0 +1,32 @@
+"""Results of the lite reproduction and the study (notebook 04): read the runs, aggregate, test, write, plot.
+
+- `lite`: the lite run report: held-out and training tables over seeds, the goal check, the summary markdown;
+- `study`: the study's statistics (docs/statistics.md): cells, bootstrap intervals, paired and matched-length
+  differences, the caution goal, the detail arm's question;
+- `summary`: the study summary in markdown and `study_report`, which makes everything from a runs folder;
+- `plots`: the figures.
+
+`from fspo_lite.drivers import report` then `report.summarize(...)`, `report.study_report(...)`: the names below.
+"""
+
+from .lite import (CURVES, HELDOUT_METRICS, OTHER_METRICS, PER_RESPONSE, QA_METRICS, TRAINING_DIAGNOSTICS,
+                   flip_example, goal_check, load_heldout, load_training, summarize, summary_markdown,
+                   training_diagnostics)
+from .plots import (plot_accuracy_vs_hallucination, plot_decomposition, plot_flip, plot_forest, plot_judges,
+                    plot_training_curves)
+from .study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal, detail_arm_check,
+                    is_share, judge_labels, judges_of, length_stratum, load_responses, matched_length, metric_cells,
+                    metric_scale, other_benchmark_cells, pair_differences, study_statistics)
+from .summary import (detail_answer, detail_markdown, direction, format_interval, metric_order, say_less_reading,
+                      study_markdown, study_report)
+
+__all__ = [
+    "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "OTHER_METRICS", "PERCENT_METRICS",
+    "PER_RESPONSE", "QA_METRICS", "TRAINING_DIAGNOSTICS", "caution_goal", "detail_answer", "detail_arm_check",
+    "detail_markdown", "direction", "flip_example", "format_interval", "goal_check", "is_share", "judge_labels",
+    "judges_of", "length_stratum", "load_heldout", "load_responses", "load_training", "matched_length",
+    "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells", "pair_differences",
+    "plot_accuracy_vs_hallucination", "plot_decomposition", "plot_flip", "plot_forest", "plot_judges",
+    "plot_training_curves", "say_less_reading", "study_markdown", "study_report", "study_statistics", "summarize",
+    "summary_markdown", "training_diagnostics",
+]

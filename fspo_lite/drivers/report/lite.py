@@ -1,0 +1,163 @@
+"""The lite run report (notebook 04): read the runs, aggregate over seeds, check the goal.
+
+The aggregation functions are pure (tested on hand-made inputs in tests/test_report.py). A run folder holds the
+trainer's metrics.jsonl / samples.jsonl and the held-out result heldout.json written by notebook 03
+(`fspo_lite.drivers.runs.evaluate_run`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ...evaluation.metrics import DECOMPOSITION
+from ...metrics import read_metrics
+
+QA_METRICS = {"accuracy": "correct", "answer_f1": "f1", "not_attempted": "not_attempted", "format_rate": "format_rate",
+              "step_hallucination": "step_hallucination_rate", "judge_coverage": "judge_coverage",
+              **{name: f"decomp_{name}" for name in DECOMPOSITION}}
+"""Table column -> metric of the held-out short-QA benchmark (fspo_lite.evaluation's names)."""
+OTHER_METRICS = {"truthfulqa_mc1": "truthfulqa_mc.mc1", "truthfulqa_mc2": "truthfulqa_mc.mc2",
+                 "halueval_accuracy": "halueval.accuracy"}
+HELDOUT_METRICS = ("accuracy", "answer_f1", "not_attempted", "format_rate", "step_hallucination", "judge_coverage",
+                   *OTHER_METRICS)
+PER_RESPONSE = {"supported": "supported_per_response@{judge}", "unsupported": "unsupported_per_response@{judge}",
+                "checkable": "checkable_per_response@{judge}", "sentences": "sentences_per_response",
+                "near_duplicates": "near_duplicates_per_response", "tokens": "response_tokens"}
+"""Table column -> short-QA metric per response (the harness's names; {judge} = the run's held-out judge):
+reasoning sentences the judge found supported, unsupported, checkable; all reasoning sentences; near-duplicates
+of an earlier sentence; generated tokens."""
+CURVES = (("reward_mean", "reward"), ("accuracy", "train accuracy"), ("step_factuality", "step factuality (train verifier)"),
+          ("flipped_token_share", "share of tokens flipped"), ("kl", "KL to the base model"),
+          ("completion_length", "response length (tokens)"))
+TRAINING_DIAGNOSTICS = ("flipped_token_share", "reward_std", "frac_reward_zero_std", "verified_sentences",
+                        "format_rate", "step_time")
+
+
+# ---- reading runs ----------------------------------------------------------------------------
+def load_heldout(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
+    """One row per evaluated model (base and every method x seed) from its heldout.json
+    (`fspo_lite.drivers.runs.evaluate_run`): the short-QA benchmark `qa`'s metrics and decomposition, and the
+    TruthfulQA MC / HaluEval numbers when they were run."""
+    rows = []
+    for path in sorted(Path(runs_dir).glob("*/heldout.json")):
+        record = json.loads(path.read_text())
+        metrics = record["metrics"]
+        names = {**{column: f"{qa}.{metric}" for column, metric in QA_METRICS.items()}, **OTHER_METRICS,
+                 **{column: f"{qa}.{metric.format(judge=record.get('judge'))}" for column, metric in PER_RESPONSE.items()}}
+        rows.append({"run": path.parent.name, "method": record["method"], "seed": record.get("seed"),
+                     **{column: metrics[key] for column, key in names.items() if key in metrics}})
+    if not rows:
+        raise FileNotFoundError(f"no */heldout.json under {runs_dir}: run notebook 03 first")
+    return pd.DataFrame(rows)
+
+
+def load_training(runs_dir: str | Path) -> pd.DataFrame:
+    """Every training step of every run: the trainer's metrics rows with method and seed (from heldout.json)."""
+    frames = []
+    for path in sorted(Path(runs_dir).glob("*/metrics.jsonl")):
+        info = json.loads((path.parent / "heldout.json").read_text()) if (path.parent / "heldout.json").exists() else {}
+        frame = pd.DataFrame(read_metrics(path))
+        frame["run"], frame["method"], frame["seed"] = path.parent.name, info.get("method"), info.get("seed")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+# ---- aggregation -------------------------------------------------------------------------------
+def summarize(heldout: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per method: seeds, and for every metric the mean over seeds and the spread (max - min)."""
+    columns = [c for c in (*HELDOUT_METRICS, *DECOMPOSITION, *PER_RESPONSE) if c in heldout]
+    grouped = heldout.groupby("method", sort=False)
+    table = grouped[columns].mean()
+    spread = (grouped[columns].max() - grouped[columns].min()).add_suffix("_spread")
+    table = pd.concat([grouped.size().rename("seeds"), table, spread], axis=1)
+    if order:
+        table = table.reindex([m for m in order if m in table.index] + [m for m in table.index if m not in order])
+    return table
+
+
+def goal_check(table: pd.DataFrame, method: str = "fspo", baseline: str = "grpo", relative_drop: float = 0.20,
+               accuracy_points: float = 2.0) -> dict:
+    """The issue's goal: `method` lowers held-out step hallucination by at least `relative_drop` relative to
+    `baseline`, with answer accuracy within `accuracy_points` percentage points."""
+    h_base, h_method = table.loc[baseline, "step_hallucination"], table.loc[method, "step_hallucination"]
+    drop = (h_base - h_method) / h_base if h_base else math.nan
+    accuracy_delta = 100.0 * (table.loc[method, "accuracy"] - table.loc[baseline, "accuracy"])
+    return {"method": method, "baseline": baseline, "hallucination_baseline": h_base, "hallucination_method": h_method,
+            "relative_drop": drop, "accuracy_delta_points": accuracy_delta,
+            "met": bool(drop >= relative_drop and abs(accuracy_delta) <= accuracy_points),
+            "target": f">= {relative_drop:.0%} lower step hallucination, accuracy within {accuracy_points:g} points"}
+
+
+def training_diagnostics(training: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per method, averaged over all steps and seeds: the numbers that explain what the update could do
+    (share of tokens FSPO flipped, reward spread within a batch, share of groups with no reward spread,
+    sentences the training verifier judged, well-formed share, seconds per step)."""
+    columns = [c for c in TRAINING_DIAGNOSTICS if c in training]
+    table = training.groupby("method", sort=False)[columns].mean()
+    return table.reindex([m for m in order if m in table.index]) if order else table
+
+
+def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.DataFrame | None = None,
+                     settings: dict | None = None, title: str = "Lite reproduction: held-out results") -> str:
+    """The results table (mean over seeds +- half the spread), the goal line and the training diagnostics."""
+    def cell(method, metric, percent=True):
+        value = table.loc[method, metric]
+        spread = table.loc[method, f"{metric}_spread"] if f"{metric}_spread" in table else math.nan
+        scale = 100.0 if percent else 1.0
+        text = f"{value * scale:.1f}"
+        return text + (f" ± {spread * scale / 2:.1f}" if table.loc[method, "seeds"] > 1 else "")
+
+    lines = [f"# {title}", ""]
+    if settings:
+        lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
+    headers = {"accuracy": "accuracy %", "answer_f1": "answer F1 %", "not_attempted": "not attempted %",
+               "step_hallucination": "step hallucination %", "judge_coverage": "judge coverage %",
+               "format_rate": "well-formed %", "truthfulqa_mc1": "TruthfulQA MC1 %", "truthfulqa_mc2": "TruthfulQA MC2 %",
+               "halueval_accuracy": "HaluEval acc. %"}
+    shown = [c for c in headers if c in table]
+    lines += ["| method | seeds | " + " | ".join(headers[c] for c in shown) + " |", "|---|---|" + "---|" * len(shown)]
+    for method in table.index:
+        lines.append(f"| {method} | {int(table.loc[method, 'seeds'])} | " + " | ".join(cell(method, c) for c in shown)
+                     + " |")
+    lines += ["", "± is half the range over seeds. Decomposition of each question's k answers (% of questions):", "",
+              "| method | " + " | ".join(DECOMPOSITION) + " |", "|---|" + "---|" * len(DECOMPOSITION)]
+    for method in table.index:
+        lines.append(f"| {method} | " + " | ".join(f"{table.loc[method, c]:.1f}" for c in DECOMPOSITION) + " |")
+    counts = [c for c in PER_RESPONSE if c in table]
+    if counts:
+        judge = f" (held-out judge: {settings['step-hallucination judge']})" if settings and \
+            "step-hallucination judge" in settings else ""
+        lines += ["", f"Per response{judge}: reasoning sentences supported, unsupported and checkable by the judge, "
+                  "all reasoning sentences, near-duplicates of an earlier sentence, generated tokens (mean ± half "
+                  "the range over seeds). A lower hallucination rate with fewer supported sentences is saying less.",
+                  "", "| method | " + " | ".join(counts) + " |", "|---|" + "---|" * len(counts)]
+        for method in table.index:
+            lines.append(f"| {method} | " + " | ".join(
+                "n/a" if pd.isna(table.loc[method, c]) else
+                f"{table.loc[method, c]:.2f}" + (f" ± {table.loc[method, f'{c}_spread'] / 2:.2f}"
+                                                 if table.loc[method, "seeds"] > 1 else "") for c in counts) + " |")
+    if goal:
+        lines += ["", f"Goal ({goal['target']}): {goal['method']} vs {goal['baseline']}: step hallucination "
+                  f"{goal['hallucination_method']:.1%} vs {goal['hallucination_baseline']:.1%} "
+                  f"(relative drop {goal['relative_drop']:.1%}), accuracy {goal['accuracy_delta_points']:+.1f} points: "
+                  f"**{'met' if goal['met'] else 'not met'}**."]
+    if diagnostics is not None and len(diagnostics):
+        lines += ["", "Training diagnostics (mean over steps and seeds):", "",
+                  "| method | " + " | ".join(diagnostics.columns) + " |", "|---|" + "---|" * len(diagnostics.columns)]
+        for method, row in diagnostics.iterrows():
+            lines.append(f"| {method} | " + " | ".join(f"{v:.3g}" for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def flip_example(samples: Sequence[dict]) -> dict | None:
+    """The logged response with the most tokens whose advantage sign FSPO flipped (None when none was)."""
+    def flipped(record):
+        return sum(1 for a in record["token_advantages"] if a * record["advantage"] < 0)
+
+    best = max(samples, key=flipped, default=None)
+    return best if best is not None and flipped(best) > 0 else None

@@ -1,0 +1,175 @@
+"""The report's figures: training curves, accuracy against hallucination, the decomposition, a flipped
+response, the study's forest plot and step hallucination per judge. They only draw what they are given.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ...evaluation.metrics import DECOMPOSITION
+from .lite import CURVES
+from .study import is_share, metric_scale
+
+
+def pyplot():
+    """matplotlib.pyplot, imported when the first figure is drawn."""
+    import matplotlib.pyplot as plt  # Agg on a headless machine, inline in a notebook
+
+    return plt
+
+
+def save_figure(fig, path: str | Path | None):
+    """Write the figure to `path` (its folder made) when a path is given; return the figure."""
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    return fig
+
+
+def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None, order: Sequence[str] | None = None):
+    """Six panels (reward, accuracy, step factuality, flipped share, KL, length) per step: mean over seeds,
+    shaded between the lowest and highest seed."""
+    plt = pyplot()
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
+    methods = [m for m in (order or training["method"].unique()) if m in set(training["method"])]
+    for ax, (key, label) in zip(axes.flat, CURVES):
+        for method in methods:
+            if key not in training:
+                continue
+            per_step = training[training["method"] == method].groupby("step")[key]
+            mean, low, high = per_step.mean(), per_step.min(), per_step.max()
+            if mean.isna().all():
+                continue
+            line, = ax.plot(mean.index, mean.values, label=method)
+            ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.2)
+        ax.set_title(label)
+        ax.set_xlabel("step")
+    axes.flat[0].legend()
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_accuracy_vs_hallucination(heldout: pd.DataFrame, path: str | Path | None = None,
+                                   order: Sequence[str] | None = None):
+    """Held-out accuracy against step-level hallucination: each seed as a dot, the method mean as a marker
+    with bars spanning the seeds."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    methods = [m for m in (order or heldout["method"].unique()) if m in set(heldout["method"])]
+    for method in methods:
+        rows = heldout[heldout["method"] == method]
+        x, y = 100 * rows["step_hallucination"], 100 * rows["accuracy"]
+        dots = ax.scatter(x, y, alpha=0.4, s=18)
+        ax.errorbar(x.mean(), y.mean(), xerr=[[x.mean() - x.min()], [x.max() - x.mean()]],
+                    yerr=[[y.mean() - y.min()], [y.max() - y.mean()]], fmt="*" if method == "base" else "o",
+                    color=dots.get_facecolor()[0][:3], markersize=10, capsize=3, label=method)
+    ax.set_xlabel("held-out step-level hallucination (% of judged sentences)")
+    ax.set_ylabel("held-out answer accuracy (%)")
+    ax.legend()
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_decomposition(table: pd.DataFrame, path: str | Path | None = None):
+    """Stacked bars of the k-sample decomposition per method (mean over seeds)."""
+    plt = pyplot()
+    colors = ("#2a9d3f", "#9fd39b", "#f2c14e", "#9e9e9e", "#d1495b")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    bottom = [0.0] * len(table)
+    for name, color in zip(DECOMPOSITION, colors):
+        values = table[name].tolist()
+        ax.bar(table.index, values, bottom=bottom, color=color, label=name.replace("_", " "))
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_ylabel("% of held-out questions")
+    ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_flip(record: dict, path: str | Path | None = None):
+    """One logged response: its per-token advantage before the flip (the group advantage on every token) and
+    after (FSPO's sentence-wise flip), tokens on the x axis."""
+    plt = pyplot()
+    after = record["token_advantages"]
+    before = [record["advantage"]] * len(after)
+    fig, axes = plt.subplots(2, 1, figsize=(min(18, 2 + 0.16 * len(after)), 5), sharex=True, sharey=True)
+    for ax, values, title in zip(axes, (before, after), ("before the flip (GRPO)", "after the flip (FSPO)")):
+        ax.bar(range(len(values)), values, color=["#2ea043" if v > 0 else "#d73a49" for v in values])
+        ax.axhline(0, color="black", linewidth=0.5)
+        ax.set_ylabel("advantage")
+        ax.set_title(title, fontsize=10)
+    if len(after) <= 90:
+        axes[1].set_xticks(range(len(after)))
+        axes[1].set_xticklabels([t.replace("Ġ", " ").replace("Ċ", "\\n") for t in record["tokens"]], rotation=90,
+                                fontsize=7)
+    fig.suptitle(f"Q: {record['question']}  (gold: {', '.join(record['gold'][:2])}; reward {record['reward']:.2f})",
+                 fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | Path | None = None,
+                title: str = ""):
+    """Forest plot: every (metric, method) paired difference to the baseline with its interval, shares in
+    percentage points, counts per response in their unit (two panels when both kinds are present)."""
+    plt = pyplot()
+    metrics = [m for m in metrics if m in set(differences["metric"])]
+    groups = [g for g in ([m for m in metrics if is_share(m) or m in DECOMPOSITION],
+                          [m for m in metrics if not (is_share(m) or m in DECOMPOSITION)]) if g]
+    methods = list(differences["method"].unique())
+    height = max(2.5, 0.32 * max(len(g) for g in groups) * len(methods) + 1)
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), height), squeeze=False)
+    for ax, group, unit in zip(axes[0], groups, ("percentage points", "per response") if len(groups) == 2 else
+                               (("percentage points",) if is_share(groups[0][0]) or groups[0][0] in DECOMPOSITION
+                                else ("per response",))):
+        labels, position = [], 0
+        for metric in group:
+            for k, method in enumerate(methods):
+                row = differences[(differences["metric"] == metric) & (differences["method"] == method)]
+                if row.empty:
+                    continue
+                row = row.iloc[0]
+                scale = metric_scale(metric)
+                ax.errorbar(row["diff"] * scale, -position, xerr=[[(row["diff"] - row["low"]) * scale],
+                                                                  [(row["high"] - row["diff"]) * scale]],
+                            fmt="o", color=f"C{k}", capsize=3, label=method if metric == group[0] else None)
+                labels.append(f"{metric} ({method})")
+                position += 1
+        ax.axvline(0, color="black", linewidth=0.6)
+        ax.set_yticks([-i for i in range(len(labels))])
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_xlabel(f"difference to {differences['baseline'].iloc[0]} ({unit})")
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | Path | None = None,
+                order: Sequence[str] | None = None):
+    """Step hallucination per judge and method (mean over seeds with its interval), one group of bars per judge."""
+    plt = pyplot()
+    methods = [m for m in (order or methods_table["method"].unique()) if m in set(methods_table["method"])]
+    fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(judges), 4))
+    width = 0.8 / max(len(methods), 1)
+    for k, method in enumerate(methods):
+        for j, judge in enumerate(judges):
+            row = methods_table[(methods_table["metric"] == f"step_hallucination@{judge}")
+                                & (methods_table["method"] == method)]
+            if row.empty or math.isnan(row.iloc[0]["mean"]):
+                continue
+            r = row.iloc[0]
+            low, high = (0.0, 0.0) if math.isnan(r["low"]) else (r["mean"] - r["low"], r["high"] - r["mean"])
+            ax.bar(j + k * width, 100 * r["mean"], width, color=f"C{k}", label=method if j == 0 else None,
+                   yerr=[[100 * low], [100 * high]], capsize=3)
+    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(judges))])
+    ax.set_xticklabels(judges)
+    ax.set_ylabel("step hallucination (% of checkable sentences)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -1,0 +1,297 @@
+"""The study summary: the statistics as markdown (per method, paired differences, per judge, the say-less
+check, the detail arm, matched length, the caution goal) and `study_report`, which makes the tables, the
+summary and the figures from a runs folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from ...evaluation.metrics import DECOMPOSITION
+from .lite import OTHER_METRICS
+from .plots import plot_forest, plot_judges
+from .study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check, is_share, judges_of,
+                    load_responses, matched_length, metric_cells, metric_scale, pair_differences, study_statistics)
+
+
+def _digits(metric: str) -> int:
+    return 1 if is_share(metric) or metric in DECOMPOSITION else 2
+
+
+def metric_order(metrics: Sequence[str], judges: Sequence[str]) -> list[str]:
+    """The report's row order: answers, decomposition, each judge's rates and counts, length, other benchmarks."""
+    wanted = ["accuracy", "incorrect", "not_attempted", "answer_f1", "format_rate", *DECOMPOSITION]
+    for judge in judges:
+        wanted += [f"step_hallucination@{judge}", f"supported_per_response@{judge}",
+                   f"unsupported_per_response@{judge}", f"checkable_per_response@{judge}", f"judge_coverage@{judge}"]
+    wanted += ["sentences_per_response", "response_tokens", "near_duplicates_per_response", *OTHER_METRICS]
+    return [m for m in wanted if m in set(metrics)] + sorted(m for m in set(metrics) if m not in wanted)
+
+
+def format_interval(metric: str, mean: float, low: float, high: float, signed: bool = False) -> str:
+    """'12.3 [8.1, 16.0]' in the metric's unit (percent / points for shares)."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "n/a"
+    scale, digits = metric_scale(metric), _digits(metric)
+    sign = "+" if signed else ""
+    text = f"{mean * scale:{sign}.{digits}f}"
+    if not (math.isnan(low) or math.isnan(high)):
+        text += f" [{low * scale:{sign}.{digits}f}, {high * scale:{sign}.{digits}f}]"
+    return text
+
+
+def _excludes_zero(row) -> bool:
+    return not (math.isnan(row["low"]) or math.isnan(row["high"])) and (row["low"] > 0 or row["high"] < 0)
+
+
+def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFrame | None, judges: Sequence[str],
+                   order: Sequence[str], settings: dict | None = None, n_resamples: int = 2000,
+                   level: float = 0.95, title: str = "Study: held-out results with intervals",
+                   detail: pd.DataFrame | None = None) -> str:
+    """The study summary: per method mean [interval]; paired differences to the baseline; step hallucination per
+    judge; supported and unsupported sentences per response with a plain reading (the say-less check); the
+    detail arm's question (`detail_arm_check`, when given); the matched-length comparison; the caution goal.
+    Shares are in percent, their differences in percentage points."""
+    methods_table, differences = tables["methods"], tables["differences"]
+    methods = [m for m in order if m in set(methods_table["method"])]
+    methods += [m for m in methods_table["method"].unique() if m not in methods]
+    trained = [m for m in methods if m in set(differences["method"])] if len(differences) else []
+    baseline = differences["baseline"].iloc[0] if len(differences) else None
+    rows = metric_order(methods_table["metric"].unique(), judges)
+    cell = methods_table.set_index(["metric", "method"])
+    diff = differences.set_index(["metric", "method"]) if len(differences) else None
+    pct = f"{level:.0%}"
+
+    lines = [f"# {title}", ""]
+    if settings:
+        lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
+    seeds = {m: int(cell.loc[(rows[0], m), "seeds"]) for m in methods if (rows[0], m) in cell.index}
+    questions = int(methods_table[methods_table["metric"] == rows[0]]["questions"].max())
+    lines += [f"Every number is the mean over seeds with its {pct} interval: a percentile bootstrap ({n_resamples} "
+              "resamples) over held-out questions, resampled as clusters (all samples and sentences of a question "
+              "together), and over seeds within each method (docs/statistics.md). Shares are in %, differences of "
+              "shares in percentage points; per-response numbers are counts. Seeds: "
+              + ", ".join(f"{m} {n}" for m, n in seeds.items()) + f"; questions: {questions}.", ""]
+
+    lines += [f"## Per method: mean over seeds [{pct} interval]", "",
+              "| metric | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for metric in rows:
+        values = [format_interval(metric, *cell.loc[(metric, m), ["mean", "low", "high"]])
+                  if (metric, m) in cell.index else "" for m in methods]
+        lines.append(f"| {metric} | " + " | ".join(values) + " |")
+
+    if trained:
+        lines += ["", f"## Paired differences: method - {baseline} on the same questions [{pct} interval]", "",
+                  "Bold: the interval excludes 0.", "",
+                  "| metric | " + " | ".join(f"{m} - {baseline}" for m in trained) + " |",
+                  "|---|" + "---|" * len(trained)]
+        for metric in rows:
+            values = []
+            for m in trained:
+                if (metric, m) not in diff.index:
+                    values.append("")
+                    continue
+                d = diff.loc[(metric, m)]
+                text = format_interval(metric, d["diff"], d["low"], d["high"], signed=True)
+                values.append(f"**{text}**" if _excludes_zero(d) else text)
+            lines.append(f"| {metric} | " + " | ".join(values) + " |")
+
+    lines += ["", f"## Step hallucination by judge (% of checkable reasoning sentences unsupported) [{pct} interval]",
+              "", "Each judge reported separately; the first is the main held-out judge.", "",
+              "| judge | " + " | ".join(methods) + "".join(f" | {m} - {baseline}" for m in trained) + " |",
+              "|---|" + "---|" * (len(methods) + len(trained))]
+    for judge in judges:
+        metric = f"step_hallucination@{judge}"
+        values = [format_interval(metric, *cell.loc[(metric, m), ["mean", "low", "high"]])
+                  if (metric, m) in cell.index else "" for m in methods]
+        values += [format_interval(metric, *diff.loc[(metric, m), ["diff", "low", "high"]], signed=True)
+                   if diff is not None and (metric, m) in diff.index else "" for m in trained]
+        lines.append(f"| {judge} | " + " | ".join(values) + " |")
+
+    if trained and judges:
+        lines += ["", "## Saying less is not success", "",
+                  "Supported and unsupported reasoning sentences per response are reported separately above. "
+                  f"The say-less check: each method's change in *supported* sentences per response against "
+                  f"{baseline} [{pct} interval]; a lower hallucination rate bought with fewer supported sentences "
+                  "is not a gain in factuality. Then a plain reading of the two changes together.", ""]
+        for judge in judges:
+            for m in trained:
+                metrics = [f"{kind}_per_response@{judge}" for kind in ("supported", "unsupported")]
+                if not all((metric, m) in diff.index for metric in metrics):
+                    continue
+                supported, unsupported = (diff.loc[(metric, m)] for metric in metrics)
+                lines.append(f"- {judge}, {m} - {baseline}: supported sentences per response "
+                             f"{format_interval(metrics[0], *supported[['diff', 'low', 'high']], signed=True)}, "
+                             f"unsupported "
+                             f"{format_interval(metrics[1], *unsupported[['diff', 'low', 'high']], signed=True)}. "
+                             "Reading: "
+                             + say_less_reading(m, baseline, supported, unsupported,
+                                                min(seeds.get(m, 0), seeds.get(baseline, 0))))
+    if detail is not None and len(detail):
+        lines += detail_markdown(detail, pct)
+    if matched is not None and len(matched):
+        lines += ["", "## Step hallucination at matched length", "",
+                  f"Responses stratified by their number of reasoning sentences (1, 2, 3, 4, {LENGTH_STRATA}+); "
+                  "within a stratum each method's unsupported share of checkable sentences; both methods weighted "
+                  "by the same stratum weights (the pooled share of their responses with a checkable sentence in "
+                  "each stratum; strata that only one method reaches left out). Points, method - "
+                  f"{baseline} [{pct} interval].", "",
+                  "| judge | method | raw difference | matched difference | strata used | weights (1..5+ sentences) |",
+                  "|---|---|---|---|---|---|"]
+        for row in matched.itertuples(index=False):
+            metric = f"step_hallucination@{row.judge}"
+            raw = diff.loc[(metric, row.method)] if diff is not None and (metric, row.method) in diff.index else None
+            raw_text = ("" if raw is None else
+                        format_interval(metric, raw["diff"], raw["low"], raw["high"], signed=True))
+            lines.append(f"| {row.judge} | {row.method} | {raw_text} | "
+                         f"{format_interval(metric, row.diff, row.low, row.high, signed=True)} | {row.strata} | "
+                         f"{', '.join(f'{w:.2f}' for w in row.weights)} |")
+    if goal is not None and len(goal):
+        lines += ["", "## The caution goal", "",
+                  f"The seed slides' goal: All-Attempt-and-Wrong (every one of a question's answers attempted and "
+                  f"wrong) down >= {CAUTION_GOAL['relative_drop']:.0%} relative to {baseline}, with correct answers "
+                  f"down by at most {CAUTION_GOAL['correct_points']:g} points. *met*: the point estimates satisfy it; "
+                  "*holds*: the whole intervals do.", "",
+                  "| method | all-attempt-wrong % (method / baseline) | relative change | correct (points) | "
+                  "not attempted (points) | met | holds |", "|---|---|---|---|---|---|---|"]
+        for row in goal.to_dict(orient="records"):
+            na = (f"{row['not_attempted_points']:+.1f} [{row['not_attempted_points_low']:+.1f}, "
+                  f"{row['not_attempted_points_high']:+.1f}]") if "not_attempted_points" in row else ""
+            lines.append(f"| {row['method']} | {row['aaw_method']:.1f} / {row['aaw_baseline']:.1f} | "
+                         f"{row['aaw_relative']:+.1%} [{row['aaw_relative_low']:+.1%}, "
+                         f"{row['aaw_relative_high']:+.1%}] | "
+                         f"{row['correct_points']:+.1f} [{row['correct_points_low']:+.1f}, "
+                         f"{row['correct_points_high']:+.1f}] | {na} | {'yes' if row['met'] else 'no'} | "
+                         f"{'yes' if row['holds'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def direction(row) -> str:
+    """Where a difference's interval lies: 'below' 0 (high < 0), 'above' 0 (low > 0), 'unresolved' (it holds 0)
+    or 'n/a' (no interval: NaN bounds)."""
+    low, high = float(row["low"]), float(row["high"])
+    if math.isnan(low) or math.isnan(high):
+        return "n/a"
+    return "below" if high < 0 else "above" if low > 0 else "unresolved"
+
+
+def say_less_reading(method: str, baseline: str, supported, unsupported, seeds: int = 2) -> str:
+    """One plain sentence on a method's change in supported and unsupported sentences per response against the
+    baseline (rows with diff, low, high): does it say less, or is it more right? `seeds`: the fewer of the two
+    methods' seed counts; with one, the interval covers the questions only."""
+    s, u = direction(supported), direction(unsupported)
+    if s == "below":
+        text = (f"{method} writes fewer supported sentences than {baseline}: part of any drop in its hallucination "
+                "rate is saying less, not being more right.")
+    elif u == "below" and s == "above":
+        text = f"{method} writes fewer unsupported and more supported sentences: a factuality gain, not silence."
+    elif u == "below":
+        text = (f"{method} writes fewer unsupported sentences and its supported sentences are not told apart from "
+                f"{baseline}'s (point {float(supported['diff']):+.2f}): no sign of saying less, nor proof it does not.")
+    elif s == "above":
+        text = f"{method} writes more supported sentences without fewer unsupported ones: more detail, not precision."
+    elif u == "above":
+        text = f"{method} writes more unsupported sentences than {baseline}."
+    elif "n/a" in (s, u):
+        text = "no interval to read."
+    else:
+        text = f"no difference from {baseline} in either count that the intervals can resolve."
+    if seeds < 2:
+        text += " (One seed: the interval covers the questions only, not seed-to-seed variation.)"
+    return text
+
+
+def detail_answer(row: dict) -> str:
+    """The detail arm's answer in words, from a `detail_arm_check` row."""
+    if row["holds"]:
+        return "yes, and the intervals resolve it"
+    if row["met"]:
+        return "yes on the point estimates, but the intervals do not resolve it"
+    parts = []
+    if not row["keeps_drop"]:
+        parts.append(f"its unsupported sentences are not below {row['baseline']}'s")
+    if not row["holds_supported"]:
+        parts.append(f"it writes fewer supported sentences than {row['baseline']}")
+    return "no: " + " and ".join(parts)
+
+
+def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
+    """The summary's section on the detail arm (rows of `detail_arm_check`)."""
+    first = detail.iloc[0]
+    arm, reference, baseline = first["arm"], first["reference"], first["baseline"]
+
+    def text(row, name, who):
+        return format_interval("count", row[f"{name}_{who}"], row[f"{name}_{who}_low"], row[f"{name}_{who}_high"],
+                               signed=True)
+
+    lines = ["", f"## Does the detail term keep {reference}'s gain without saying less?", "",
+             f"{arm} is {reference} with the detail term (docs/methods.md, \"Detail term\"). The question: does it "
+             f"keep {reference}'s drop in unsupported sentences per response against {baseline} while holding "
+             f"supported sentences per response at {baseline}'s level or above? Per response, differences "
+             f"[{pct} interval]. *met*: the point estimates say so; *holds*: the intervals do (unsupported interval "
+             "below 0, supported interval's lower end at 0 or above).", "",
+             f"| judge | unsupported: {arm} - {baseline} | {reference} - {baseline} | {arm} - {reference} | "
+             f"supported: {arm} - {baseline} | {reference} - {baseline} | {arm} - {reference} | met | holds |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in detail.to_dict(orient="records"):
+        lines.append(f"| {row['judge']} | " + " | ".join(text(row, name, who) for name in ("unsupported", "supported")
+                                                       for who in ("arm", "reference", "vs_reference"))
+                     + f" | {'yes' if row['met'] else 'no'} | {'yes' if row['holds'] else 'no'} |")
+    lines.append("")
+    lines += [f"- {row['judge']}: {detail_answer(row)}." for row in detail.to_dict(orient="records")]
+    return lines
+
+
+def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str | Path, prefix: str,
+                 order: Sequence[str], baseline: str = "grpo", n_resamples: int = 2000, seed: int = 0,
+                 level: float = 0.95, settings: dict | None = None, title: str | None = None,
+                 write_markdown: bool = True, detail_arm: tuple[str, str] = DETAIL_ARM) -> dict:
+    """Everything above from a runs folder: the tables, <results_dir>/summary.md (when write_markdown) and
+    summary.json's "statistics" part (returned), <figures_dir>/<prefix>paired_differences.png and
+    <prefix>step_hallucination_by_judge.png. `detail_arm`: (arm, the method it adds the detail term to); when
+    both were run, the summary answers the detail arm's question (`detail_arm_check`)."""
+    responses = load_responses(runs_dir)
+    judges = judges_of(responses)
+    cells = metric_cells(responses, runs_dir)
+    tables = study_statistics(cells, order, baseline, n_resamples, seed, level)
+    matched = matched_length(responses, baseline, n_resamples=n_resamples, seed=seed, level=level)
+    goal = caution_goal(tables["differences"]) if len(tables["differences"]) else pd.DataFrame()
+    detail = pd.DataFrame()
+    if len(tables["differences"]) and set(detail_arm) <= set(tables["differences"]["method"]):
+        counts = [f"{kind}_per_response@{j}" for j in judges for kind in ("supported", "unsupported")]
+        versus = pair_differences(cells, counts, *detail_arm, n_resamples, seed, level)
+        detail = detail_arm_check(tables["differences"], versus, judges, *detail_arm)
+    text = study_markdown(tables, matched, goal, judges, order, settings, n_resamples, level,
+                          **({"title": title} if title else {}), detail=detail)
+    figures = {}
+    if len(tables["differences"]):
+        main = judges[0] if judges else None
+        forest = ["accuracy", "not_attempted", "all_attempt_wrong",
+                  *[f"step_hallucination@{j}" for j in judges],
+                  *([f"supported_per_response@{main}", f"unsupported_per_response@{main}",
+                     "sentences_per_response", "near_duplicates_per_response"] if main else [])]
+        shown = tables["differences"]
+        if len(matched):  # the matched-length comparisons as rows of their own
+            extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
+            columns = ["metric", "method", "baseline", "diff", "low", "high"]
+            shown = pd.concat([shown, extra[columns]], ignore_index=True)
+            forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
+        figures["paired_differences"] = str(Path(figures_dir) / f"{prefix}paired_differences.png")
+        plot_forest(shown, forest, figures["paired_differences"])
+    if judges:
+        figures["step_hallucination_by_judge"] = str(Path(figures_dir) / f"{prefix}step_hallucination_by_judge.png")
+        plot_judges(tables["methods"], judges, figures["step_hallucination_by_judge"], order)
+    if write_markdown:
+        Path(results_dir).mkdir(parents=True, exist_ok=True)
+        (Path(results_dir) / "summary.md").write_text(text)
+    return {"markdown": text, "judges": judges, "n_resamples": n_resamples, "seed": seed, "level": level,
+            "methods": json.loads(tables["methods"].to_json(orient="records")),
+            "differences": json.loads(tables["differences"].to_json(orient="records")),
+            "matched_length": json.loads(matched.to_json(orient="records")),
+            "caution_goal": json.loads(goal.to_json(orient="records")),
+            "detail_arm": json.loads(detail.to_json(orient="records")), "figures": figures}

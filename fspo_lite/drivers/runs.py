@@ -1,0 +1,198 @@
+"""Notebook 03's runs: train every method x seed with the package's Trainer and score each trained adapter (and
+the base model) with the evaluation harness (`evaluate_run` -> `fspo_lite.evaluation.evaluate`): held-out answer
+accuracy and F1, the not-attempted rate, the k-sample outcome decomposition and the step-level hallucination
+rate judged by a verifier other than the one used for training, plus TruthfulQA MC and HaluEval subsets.
+
+The study profile (`configs/lite/study.yaml`) is long, so notebook 03 is resumable: each run's `heldout.json` carries
+a key of every setting that decides its numbers (`run_key`); `train_and_evaluate` / `evaluate_base` skip a run whose
+record has the current key, resume a half-trained run from its last checkpoint, and start over one made with other
+settings. Notebook 03 evaluates on the bundled benchmark samples, so a profile's numbers do not depend on what a
+machine's data folder holds (`fspo_lite.drivers.experiment.local_sources` picks the full copies a profile asks for).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ..config import Config, apply_overrides, load_config
+
+
+# ---- notebook 03: train and evaluate --------------------------------------------------------
+def arm_overrides(arm: str, arms: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The config keys an arm sets. An arm is a name in notebook 03's `methods` list: a plain reward.method
+    ('grpo', 'caution+fspo') sets only reward.method; a name defined in `arms` (e.g. {'fspo+detail':
+    {'reward.method': 'fspo', 'detail.weight': 0.2}}) sets its mapping of dotted keys, which must name the
+    reward.method. The arm's name, not its reward.method, names the run folder and the method in the reports."""
+    if arms and arm in arms:
+        overrides = dict(arms[arm] or {})
+        if "reward.method" not in overrides:
+            raise ValueError(f"arm {arm!r} must set reward.method among its keys, e.g. "
+                             f"{{'reward.method': 'fspo', 'detail.weight': 0.2}}; got {sorted(overrides)}")
+        return overrides
+    return {"reward.method": arm}
+
+
+def run_config(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path,
+               config_path: str | Path | None = None, arms: dict[str, dict[str, Any]] | None = None) -> Config:
+    """The Config of one (arm, seed) run: a YAML config (or the defaults), the shared dotted settings, then the
+    arm's keys (`arm_overrides`: its reward.method and, for an arm defined in `arms`, its other keys), seed and
+    output folder. `method` is the arm's name."""
+    config = load_config(config_path, dict(shared))
+    return apply_overrides(config, {**arm_overrides(method, arms), "train.seed": seed,
+                                    "train.output_dir": str(Path(runs_dir) / run_name(method, seed))})
+
+
+def run_name(method: str, seed: int) -> str:
+    return f"{method.replace('+', '_')}_s{seed}"
+
+
+def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress: bool = False, **info) -> dict:
+    """Score a model (a trained PEFT adapter in memory, or the base model) with the evaluation harness on
+    config.evaluation's benchmarks, into `<run_dir>/eval/`; write `<run_dir>/heldout.json` with `info`
+    (method, seed, ...), every benchmark metric as 'benchmark.metric', and the judge's coverage on the
+    short-QA benchmarks (share of reasoning sentences it could check). Returns that record."""
+    from ..evaluation import evaluate
+
+    run_dir = Path(run_dir)
+    config = apply_overrides(load_config(None, config.to_dict()), {"evaluation.output_dir": str(run_dir / "eval")})
+    result = evaluate(config, model=model, tokenizer=tokenizer, progress=progress)
+    metrics = {f"{name}.{metric}": value for name, bench in result.summary["benchmarks"].items()
+               for metric, value in bench["metrics"].items()}
+    for name in {r["benchmark"] for r in result.records if "sentence_labels" in r}:
+        labels = [label for r in result.records if r["benchmark"] == name for label in r["sentence_labels"]]
+        metrics[f"{name}.judge_coverage"] = sum(1 for label in labels if label) / len(labels) if labels else float("nan")
+    record = {**info, "judge": config.evaluation.step_verifier, "benchmarks": list(config.evaluation.benchmarks),
+              "limit": config.evaluation.limit, "samples": config.evaluation.samples, "metrics": metrics}
+    (run_dir / "heldout.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+# ---- resumable runs (the study) ---------------------------------------------------------------
+RUN_SETTINGS = "run_settings.json"
+"""Written into a run folder before training: the run_key the folder's contents belong to."""
+BASE_SECTIONS = ("model", "data", "rollout", "verifier", "evaluation")
+"""The config sections that decide the base model's held-out numbers (no training happens)."""
+
+
+def changed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The entries of a nested settings dict that differ from `defaults` (sections with no change left out)."""
+    changed = {}
+    for name, value in settings.items():
+        default = defaults.get(name, _ABSENT)
+        if isinstance(value, dict) and isinstance(default, dict):
+            inner = changed_settings(value, default)
+            if inner:
+                changed[name] = inner
+        elif value != default:
+            changed[name] = value
+    return changed
+
+
+_ABSENT = object()
+
+
+def run_key(config: Config, examples: list | None = None, sections: tuple[str, ...] | None = None) -> str:
+    """A hash of everything that decides a run's numbers: the config settings that differ from the defaults (all
+    sections, or `sections`), without the output folders and the resume/checkpoint switches, plus the ids of the
+    training questions (a filter file rewritten with other kept ids changes it). A setting added later at its
+    default keeps the keys of finished runs. Code changes, defaults included, are not in it: after one, delete
+    the runs to redo them."""
+    from .probing import settings_key
+
+    settings = config.to_dict()
+    for section, key in (("train", "output_dir"), ("train", "resume"), ("train", "save_every"),
+                         ("train", "tensorboard"), ("evaluation", "output_dir")):
+        settings[section].pop(key, None)
+    if sections is not None:
+        settings = {name: settings[name] for name in sections}
+    settings = changed_settings(settings, Config().to_dict())
+    if examples is not None:
+        settings["train_ids"] = [e.id for e in examples]
+    return settings_key(settings)
+
+
+def finished_record(run_dir: str | Path, key: str) -> dict | None:
+    """The run's heldout.json record when it exists and was made with settings `key`, else None."""
+    path = Path(run_dir) / "heldout.json"
+    try:
+        record = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return record if record.get("settings_key") == key else None
+
+
+def prepare_run_dir(run_dir: str | Path, key: str) -> str:
+    """Make a run folder ready to (re)train: 'resume' when it holds a checkpoint of a run with settings `key`;
+    otherwise 'new', after removing what a run with other settings (or an unknown one) left there, and the logs
+    of an attempt cut off before its first checkpoint (they would be appended to). Writes RUN_SETTINGS."""
+    from ..checkpoint import latest_checkpoint
+
+    run_dir = Path(run_dir)
+    marker = run_dir / RUN_SETTINGS
+    stored = json.loads(marker.read_text()).get("settings_key") if marker.exists() else None
+    if run_dir.exists() and stored != key:
+        if any(run_dir.iterdir()):
+            print(f"[fspo_lite] {run_dir} holds a run made with other settings; starting it over")
+        shutil.rmtree(run_dir)
+    state = "resume" if latest_checkpoint(run_dir) is not None else "new"
+    if state == "new":
+        for name in ("metrics.jsonl", "samples.jsonl", "heldout.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / "eval", ignore_errors=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({"settings_key": key}))
+    return state
+
+
+def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) -> dict:
+    """The base model's held-out record (`<runs_dir>/base/heldout.json`): read when made with the same settings
+    (run_key over BASE_SECTIONS), else evaluated now (the model loaded without an adapter)."""
+    import dataclasses
+
+    from ..models import load_policy
+
+    key = run_key(config, sections=BASE_SECTIONS)
+    run_dir = Path(runs_dir) / "base"
+    record = finished_record(run_dir, key)
+    if record is not None:
+        print(f"[fspo_lite] base: finished earlier with the same settings ({run_dir / 'heldout.json'}); skipped")
+        return record
+    run_dir.mkdir(parents=True, exist_ok=True)
+    model, tokenizer = load_policy(dataclasses.replace(config.model, lora=False), for_training=False)
+    return evaluate_run(config, model, tokenizer, run_dir, progress=progress, method="base", seed=None,
+                        train_verifier=None, settings_key=key)
+
+
+def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path, examples: list,
+                       config_path: str | Path | None = None, progress: bool = True,
+                       arms: dict[str, dict[str, Any]] | None = None) -> dict:
+    """Train one (arm, seed) run on `examples` and evaluate its adapter, resumably: a run whose heldout.json has
+    the current run_key is skipped, one cut off during training resumes from its last checkpoint (checkpoints
+    every train.save_every steps), one made with other settings starts over. `method` is the arm's name (a
+    reward.method, or a name defined in `arms`: `arm_overrides`). Returns the held-out record plus
+    `status` (trained | resumed | skipped), `last_reward` and `minutes`."""
+    from ..trainer import Trainer
+
+    config = run_config(shared, method, seed, runs_dir, config_path, arms)
+    key = run_key(config, examples)
+    run_dir = Path(config.train.output_dir)
+    started = time.perf_counter()
+    record = finished_record(run_dir, key)
+    if record is not None:
+        status = "skipped"
+        print(f"[fspo_lite] {run_name(method, seed)}: finished earlier with the same settings; skipped")
+    else:
+        status = "resumed" if prepare_run_dir(run_dir, key) == "resume" else "trained"
+        apply_overrides(config, {"train.resume": status == "resumed"})
+        trainer = Trainer(config, train_examples=examples, progress=progress)
+        trainer.train()
+        record = evaluate_run(config, trainer.model, trainer.tokenizer, run_dir, method=method, seed=seed,
+                              train_verifier=config.verifier.name, settings_key=key)
+        del trainer
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {**record, "status": status, "last_reward": rows[-1]["reward_mean"] if rows else float("nan"),
+            "minutes": round((time.perf_counter() - started) / 60, 2)}

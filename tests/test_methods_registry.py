@@ -1,0 +1,66 @@
+"""The reward-method table (fspo_lite.methods.METHODS): one entry per source, each given only its config section,
+one result type, and a new entry is all a new method needs to be trained with (and combined with the FSPO flip)."""
+
+import pytest
+import torch
+
+from fspo_lite.config import Config
+from fspo_lite.data import QAExample
+from fspo_lite.methods import METHODS, REWARD_METHODS, MethodResult, RewardMethod
+from fspo_lite.rewards import parse_method, score_rollouts
+from fspo_lite.rollout import rollout_from_texts
+from fspo_lite.verifiers import LexicalVerifier
+
+GOLD = QAExample("q", "What is the capital of France?", ["Paris"], "Paris is the capital of France.")
+TEXTS = ["Paris is the capital of France.</think>\n<answer>Paris</answer>",
+         "Lyon is the capital of France.</think>\n<answer>Lyon</answer>"]
+
+
+def test_the_table_names_every_reward_method_and_each_section_exists():
+    assert list(METHODS) == ["grpo", "caution", "rlfh", "klcf"]
+    assert REWARD_METHODS == ("grpo", "fspo", "caution", "caution+fspo", "rlfh", "klcf", "klcf+fspo")
+    config = Config()
+    for name, method in METHODS.items():
+        assert method.section is None or hasattr(config, method.section), name
+
+
+@pytest.mark.parametrize("source, section", [("grpo", None), ("caution", "caution")])
+def test_a_method_is_given_only_its_config_section(source, section, smol_tokenizer, monkeypatch):
+    seen = {}
+    real = METHODS[source]
+
+    def spy(batch, given, verifier, judges):
+        seen["section"] = given
+        seen["batch"] = (batch.format_penalty, batch.group_size, batch.step, batch.total_steps)
+        return real.score(batch, given, verifier, judges)
+
+    monkeypatch.setitem(METHODS, source, RewardMethod(spy, real.section, real.needs_verifier, real.flips))
+    config = Config()
+    config.reward.method, config.rollout.group_size, config.train.steps = source, 2, 7
+    score_rollouts([GOLD] * 2, rollout_from_texts(smol_tokenizer, TEXTS), smol_tokenizer, config, None, step=3)
+    assert seen["section"] is (None if section is None else getattr(config, section))
+    assert seen["batch"] == (config.reward.format_penalty, 2, 3, 7)
+
+
+def test_a_new_table_entry_trains_with_and_without_the_flip(smol_tokenizer, monkeypatch):
+    """A constant reward registered under a new name: parse_method accepts it and its '+fspo' form, and
+    score_rollouts returns its rewards, details and metrics (plus the FSPO mask when flipped)."""
+
+    def constant(batch, section, verifier, judges):
+        n = len(batch.views)
+        return MethodResult(torch.full((n,), 0.25), details=[{"k": i} for i in range(n)], metrics={"const": 1.0})
+
+    monkeypatch.setitem(METHODS, "const", RewardMethod(constant))
+    rollout = rollout_from_texts(smol_tokenizer, TEXTS)
+    config = Config()
+    config.rollout.group_size = 2
+    for method, flipped in (("const", False), ("const+fspo", True)):
+        config.reward.method = method
+        assert parse_method(method).source == "const" and parse_method(method).flip == flipped
+        scored = score_rollouts([GOLD] * 2, rollout, smol_tokenizer, config, LexicalVerifier())
+        assert scored.rewards.tolist() == [0.25, 0.25] and scored.metrics["const"] == 1.0
+        assert [d["k"] for d in scored.details] == [0, 1]
+        assert (scored.sentence_mask is not None) == flipped
+    monkeypatch.setitem(METHODS, "const", RewardMethod(constant, flips=False))
+    with pytest.raises(ValueError, match="unknown reward.method"):
+        parse_method("const+fspo")

@@ -1,11 +1,16 @@
-"""Generation with and without the shared prompt start (rollout.share_prompt_prefix), alternated on the same batch.
+"""Generation with and without one rollout setting (default: the shared prompt start, rollout.share_prompt_prefix),
+alternated on the same batch.
 
     python bench/prompt_prefix.py [--questions 16] [--samples 4] [--tokens 64] [--repeats 2]
+                                  [--setting share_prompt_prefix|drop_ended_rows] [--temperature 0]
 
 The held-out knowledge-base prompts of the harness (system prompt, two demonstrations, the question: about 170
 tokens, of which the first 152 are the same for every question) through TransformersRollout with the harness's
-batch (all prompts x samples in one batch), greedy so both settings must give the same answers (checked).
-Prints wall and process CPU seconds of each setting (median over the repeats) and their ratio.
+batch (all prompts x samples in one batch), greedy so both settings must give the same answers (checked), or
+sampled at `--temperature` from the same seed (both settings keep the random draws in their places, so the
+answers must match there too). Prints wall and process CPU seconds of each setting (median over the repeats)
+and their ratio. `--setting drop_ended_rows` times `fspo_lite.decoding.decode` against `model.generate`; it
+matters for sampled batches, which run until their longest answer ends.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows"])
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled from seed 0")
     args = parser.parse_args()
 
     import torch
@@ -56,17 +63,19 @@ def main() -> int:
     for repeat in range(args.repeats):
         for share in (False, True) if repeat % 2 == 0 else (True, False):
             engine = TransformersRollout(model, tokenizer, max_new_tokens=args.tokens, generation_batch_size=batch,
-                                         share_prompt_prefix=share)
+                                         temperature=args.temperature or 1.0, **{args.setting: share})
+            torch.manual_seed(0)
             wall, cpu = time.perf_counter(), cpu_seconds()
             with torch.no_grad():
-                rollout = engine.generate(prompts, args.samples, do_sample=False)
+                rollout = engine.generate(prompts, args.samples, do_sample=args.temperature > 0)
             times[share].append((time.perf_counter() - wall, cpu_seconds() - cpu))
             texts[share] = rollout.texts
-            print(f"repeat {repeat} share_prompt_prefix={share}: {times[share][-1][0]:.1f} s wall, "
+            print(f"repeat {repeat} {args.setting}={share}: {times[share][-1][0]:.1f} s wall, "
                   f"{times[share][-1][1]:.1f} s CPU")
     before = [statistics.median(t[i] for t in times[False]) for i in (0, 1)]
     after = [statistics.median(t[i] for t in times[True]) for i in (0, 1)]
-    print(f"{len(prompts)} prompts x {args.samples} samples x {args.tokens} tokens: without {before[0]:.1f} s wall / "
+    print(f"{args.setting}, {len(prompts)} prompts x {args.samples} samples x {args.tokens} tokens, "
+          f"{'temperature ' + str(args.temperature) if args.temperature else 'greedy'}: without {before[0]:.1f} s wall / "
           f"{before[1]:.1f} s CPU, with {after[0]:.1f} s wall / {after[1]:.1f} s CPU; ratio (with / without) "
           f"{after[0] / before[0]:.2f} wall, {after[1] / before[1]:.2f} CPU; "
           f"same answers: {texts[False] == texts[True]}; "

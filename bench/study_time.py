@@ -2,7 +2,7 @@
 study's settings (configs/lite/study.yaml), extrapolated to the whole study.
 
     python bench/study_time.py [--profile study] [--steps 2] [--fraction 0.25] [--data-dir DIR] [--filter FILE]
-                               [--out FILE]
+                               [--workers N] [--out FILE]
 
 Pieces, each timed on the bundled SmolLM2-135M with the profile's notebook-03 settings (prompt, budget, held-out
 benchmarks, judges):
@@ -16,7 +16,10 @@ benchmarks, judges):
   policy; per-step time x the profile's steps is one run's training.
 
 Estimate = base evaluation + methods x seeds x (training + evaluation) + notebooks 01, 02, 04 (their lite-job
-times). Both wall-clock and process CPU seconds are printed: on a machine shared with other jobs the wall times
+times). With `--workers N` (notebook 03's `workers`: N runs at a time, each in its own process with 1/N of the
+torch threads) the script starts N copies of itself at once, each with that thread share, so every piece is timed
+as a worker runs it, next to the others; the estimate is then base evaluation (timed the same way: an upper
+bound, since notebook 03 gives it all threads) + ceil(runs / N) x (training + evaluation) + notebooks 01, 02, 04. Both wall-clock and process CPU seconds are printed: on a machine shared with other jobs the wall times
 are inflated, and CPU seconds / 2 (two cores kept busy) is the better guess for an idle machine.
 """
 
@@ -27,6 +30,7 @@ import json
 import os
 import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,13 +83,19 @@ def main() -> int:
     parser.add_argument("--data-dir", help="the data folder the profile's local_data benchmarks read "
                         "(default: $FSPO_LITE_DATA, else ~/.cache/fspo-lite/data)")
     parser.add_argument("--filter", help="difficulty-filter file of the training questions (default: the profile's)")
+    parser.add_argument("--workers", type=int, default=1, help="time the pieces as N concurrent workers run them")
+    parser.add_argument("--threads", type=int, help="torch threads of this process (set by --workers)")
     parser.add_argument("--out", help="also write the figures to this JSON file")
     args = parser.parse_args()
+    if args.workers > 1:
+        return run_workers(args)
 
     import dataclasses
 
     import torch
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from fspo_lite.config import apply_overrides
     from fspo_lite.evaluation import evaluate
     from fspo_lite.evaluation.benchmarks import load_items, resolve
@@ -105,9 +115,11 @@ def main() -> int:
     if args.filter:
         shared["data.filter_path"] = args.filter
     extra = list(shared.pop("evaluation.extra_step_verifiers", []) or [])  # timed here, whatever the harness does
-    config = run_config(shared, "fspo", 0, "/tmp/study_time_runs")
+    scratch = tempfile.mkdtemp(prefix="study_time_runs_")  # one per process: --workers copies run side by side
+    config = run_config(shared, "fspo", 0, scratch)
     ev = config.evaluation
-    print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f} at start")
+    print(f"machine: {machine_description()}; torch threads {torch.get_num_threads()}; load average "
+          f"{os.getloadavg()[0]:.1f} at start")
     print(f"profile {profile.name}: " + "; ".join(f"{k}: {v}" for k, v in used.items()))
 
     # held-out evaluation of the base model on a fraction of each benchmark
@@ -129,9 +141,9 @@ def main() -> int:
     sentences, evidence, questions = [], [], []
     for name in ev.benchmarks:
         subset = max(1, round(full_counts[name] * args.fraction))
-        bench_config = apply_overrides(run_config(shared, "fspo", 0, "/tmp/study_time_runs"), {
+        bench_config = apply_overrides(run_config(shared, "fspo", 0, scratch), {
             "evaluation.benchmarks": [name], "evaluation.limit": subset,
-            "evaluation.output_dir": f"/tmp/study_time_runs/eval_{name}"})
+            "evaluation.output_dir": f"{scratch}/eval_{name}"})
         clock.lap()
         with torch.no_grad():
             result = evaluate(bench_config, model=model, tokenizer=tokenizer, progress=False)
@@ -196,8 +208,48 @@ def main() -> int:
     if args.out:
         Path(args.out).write_text(json.dumps({"profile": profile.name, "machine": machine_description(),
                                               "benchmark_data": used, "pieces": pieces, "runs": runs,
+                                              "threads": torch.get_num_threads(), "eval_wall": eval_wall,
+                                              "train_wall": train_wall,
                                               "estimate_hours_wall": total_wall / 3600,
                                               "estimate_hours_cpu_over_2": total_cpu / 7200}, indent=1))
+    return 0
+
+
+def run_workers(args) -> int:
+    """--workers N: N copies of this script at once, each with its thread share; their figures combined."""
+    import math
+    import subprocess
+
+    import torch
+
+    threads = max(1, torch.get_num_threads() // args.workers)
+    forwarded = [f"--profile={args.profile}", f"--steps={args.steps}", f"--fraction={args.fraction}",
+                 f"--threads={threads}"] + [f"--{name}={getattr(args, name.replace('-', '_'))}"
+                                           for name in ("data-dir", "filter") if getattr(args, name.replace("-", "_"))]
+    folder = Path(tempfile.mkdtemp(prefix="study_time_"))
+    children = []
+    for index in range(args.workers):
+        log = open(folder / f"worker{index}.log", "w")
+        children.append((subprocess.Popen([sys.executable, __file__, *forwarded, f"--out={folder}/worker{index}.json"],
+                                          stdout=log, stderr=subprocess.STDOUT), log))
+    print(f"{args.workers} workers x {threads} torch threads, started together; their output: {folder}/worker*.log")
+    if any(child.wait() for child, _ in children):
+        print(f"a worker failed: see {folder}/worker*.log")
+        return 1
+    figures = [json.loads((folder / f"worker{index}.json").read_text()) for index in range(args.workers)]
+    for index, f in enumerate(figures):
+        print(f"worker {index}: one model's held-out evaluation {f['eval_wall']:.0f} s wall, one run's training "
+              f"{f['train_wall']:.0f} s wall")
+    eval_wall = sum(f["eval_wall"] for f in figures) / len(figures)
+    train_wall = sum(f["train_wall"] for f in figures) / len(figures)
+    runs = figures[0]["runs"]
+    rounds = math.ceil(runs / args.workers)
+    total = eval_wall + rounds * (train_wall + eval_wall) + LITE_OTHER_NOTEBOOKS_SECONDS
+    print(f"study ({runs} runs, {args.workers} at a time: {rounds} rounds, + the base model): {total / 3600:.2f} h "
+          f"wall as measured here (mean over workers: evaluation {eval_wall:.0f} s, training {train_wall:.0f} s)")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"workers": args.workers, "threads": threads, "per_worker": figures,
+                                              "estimate_hours_wall": total / 3600}, indent=1))
     return 0
 
 

@@ -1,7 +1,8 @@
 """Rollout engines: prompts in, sampled completions (token ids and text) out.
 
-`TransformersRollout` batches prompts x samples through `model.generate` with left padding
-and the KV cache, encodes each distinct prompt once for its samples (`fspo_lite.shared_prompts`),
+`TransformersRollout` batches prompts x samples with left padding and the KV cache, encodes each
+distinct prompt once for its samples (`fspo_lite.shared_prompts`), decodes with
+`fspo_lite.decoding.decode` (ended rows leave the forward pass; `model.generate` where that is off),
 and stops as soon as every sequence has produced EOS. The vLLM engines
 (GPU) live in `fspo_lite.vllm_rollout` behind the same `generate` signature; `fspo_lite.engines`
 builds the one the config names.
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from .decoding import decode, plain_sampling
 from .models import merged_lora_weights
 from .shared_prompts import common_prefix_length, distinct_prompts, shared_prefix_prefill, shared_prompt_pass
 
@@ -75,7 +77,7 @@ class TransformersRollout:
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
                  generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True,
-                 share_prompt_prefix: bool = True):
+                 share_prompt_prefix: bool = True, drop_ended_rows: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -91,6 +93,8 @@ class TransformersRollout:
         """Generate with each LoRA adapter merged into new weight tensors (`models.merged_lora_weights`)."""
         self.share_prompt_prefix = share_prompt_prefix
         """With share_prompt_prefill: encode the batch's common prompt start once (`shared_prefix_prefill`)."""
+        self.drop_ended_rows = drop_ended_rows
+        """Decode with `fspo_lite.decoding.decode` (ended rows leave the pass; same tokens) instead of `generate`."""
 
     @classmethod
     def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
@@ -101,7 +105,7 @@ class TransformersRollout:
                    rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
                    rollout_config.share_prompt_prefill and plain_model,
                    rollout_config.merge_lora_for_generation and plain_model,
-                   rollout_config.share_prompt_prefix and plain_model)
+                   rollout_config.share_prompt_prefix and plain_model, rollout_config.drop_ended_rows and plain_model)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -123,11 +127,18 @@ class TransformersRollout:
                                     truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
                 sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
                     else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-                output = model.generate(
-                    **encoded, max_new_tokens=max_new_tokens or self.max_new_tokens, eos_token_id=eos, pad_token_id=pad_id,
-                    use_cache=True, **sampling, **self._prefilled(encoded), **self.generate_kwargs,
-                )
-                chunks.append((encoded["input_ids"], encoded["attention_mask"], output[:, encoded["input_ids"].shape[1]:]))
+                limit = max_new_tokens or self.max_new_tokens
+                if self.drop_ended_rows and not self.generate_kwargs and plain_sampling(
+                        getattr(model, "generation_config", None)):
+                    new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], limit, eos, pad_id,
+                                        do_sample, self.temperature, self.top_p,
+                                        self._prefilled(encoded).get("past_key_values"))
+                else:
+                    output = model.generate(**encoded, max_new_tokens=limit, eos_token_id=eos, pad_token_id=pad_id,
+                                            use_cache=True, **sampling, **self._prefilled(encoded),
+                                            **self.generate_kwargs)
+                    new_tokens = output[:, encoded["input_ids"].shape[1]:]
+                chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens))
         model.train(was_training)
         prompt_width = max(c[0].shape[1] for c in chunks)
         completion_width = max(max(c[2].shape[1] for c in chunks), 1)

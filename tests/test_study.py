@@ -253,3 +253,28 @@ def test_a_named_arm_trains_records_its_name_and_resumes(tmp_path, questions, mo
     monkeypatch.setattr(trainer_module, "Trainer", NoTraining)
     again = train_and_evaluate(SHARED, "fspo+detail", 0, tmp_path, questions, progress=False, arms=DETAIL_ARM)
     assert again["status"] == "skipped"
+
+
+def test_runs_in_worker_processes_give_the_same_records_as_runs_in_a_row(tmp_path, questions):
+    from fspo_lite.drivers.runs import train_and_evaluate_all
+
+    ended = []
+    in_a_row = train_and_evaluate_all(SHARED, ["grpo", "fspo"], [0], tmp_path / "a", questions, workers=1)
+    side_by_side = train_and_evaluate_all(SHARED, ["grpo", "fspo"], [0], tmp_path / "b", questions, workers=2,
+                                          on_finish=ended.append)
+    assert [(r["method"], r["seed"]) for r in side_by_side] == [("grpo", 0), ("fspo", 0)]
+    assert sorted((r["method"], r["seed"]) for r in ended) == [("fspo", 0), ("grpo", 0)]
+    for a, b in zip(in_a_row, side_by_side):
+        assert b["status"] == "trained" and same(a["metrics"], b["metrics"]) and a["last_reward"] == b["last_reward"]
+    for run in ("grpo_s0", "fspo_s0"):
+        assert (tmp_path / "a" / run / "samples.jsonl").read_text() == (tmp_path / "b" / run / "samples.jsonl").read_text()
+
+
+def test_a_failing_worker_run_is_named_and_finished_runs_are_kept(tmp_path, questions):
+    from fspo_lite.drivers.runs import train_and_evaluate_all
+
+    with pytest.raises(RuntimeError, match="run no-such-method_s0 failed"):
+        train_and_evaluate_all(SHARED, ["grpo", "no-such-method"], [0], tmp_path, questions, workers=2)
+    assert (tmp_path / "grpo_s0" / "heldout.json").exists()
+    with pytest.raises(ValueError, match="workers must be at least 1"):
+        train_and_evaluate_all(SHARED, ["grpo"], [0], tmp_path, questions, workers=0)

@@ -1,0 +1,161 @@
+"""Decoding with ended rows taken out of the pass (fspo_lite.decoding): the same tokens and the same random stream
+as `model.generate`, hand-computed logits processing, and the cases where the rollout keeps `generate`."""
+
+import math
+
+import pytest
+import torch
+
+from fspo_lite.config import ModelConfig
+from fspo_lite.decoding import decode, plain_sampling, process_logits
+from fspo_lite.models import load_policy
+from fspo_lite.rollout import TransformersRollout, eos_ids
+
+PROMPTS = ["Question: which river flows through Paris? Answer:", "Q: 2+2?", "Name a metal that is liquid at room temperature."]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tokenizer = load_policy(ModelConfig(name="tiny", lora=False), seed=0)
+    return model.eval(), tokenizer
+
+
+def ending_ids(tokenizer, share: int = 6) -> list[int]:
+    """Every `share`-th token id counts as EOS, so the random tiny model's rows end at many different steps
+    (with the real EOS alone they would all run to the limit and nothing would be dropped)."""
+    return list(range(0, len(tokenizer), share))
+
+
+def both(model, tokenizer, eos, do_sample, temperature=0.7, top_p=1.0, max_new_tokens=24, samples=3, **options):
+    """(generate's new tokens, decode's new tokens), each from the same seed, and whether the random stream
+    ends in the same state."""
+    rows = [p for p in PROMPTS for _ in range(samples)]
+    encoded = tokenizer(rows, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    pad = tokenizer.pad_token_id
+    sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if do_sample else dict(
+        do_sample=False, temperature=None, top_p=None, top_k=None)
+    torch.manual_seed(3)
+    reference = model.generate(**encoded, max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                               **sampling)[:, encoded["input_ids"].shape[1]:]
+    after_reference = torch.rand(4)
+    torch.manual_seed(3)
+    mine = decode(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens, eos, pad, do_sample,
+                  temperature, top_p, **options)
+    return reference, mine, torch.equal(after_reference, torch.rand(4))
+
+
+@pytest.mark.parametrize("do_sample,top_p", [(True, 1.0), (True, 0.8), (False, 1.0)])
+@pytest.mark.parametrize("compact_at", [0.0, 0.125, 1.0])
+def test_decode_gives_generates_tokens_and_random_stream(tiny, do_sample, top_p, compact_at):
+    model, tokenizer = tiny
+    reference, mine, same_stream = both(model, tokenizer, ending_ids(tokenizer), do_sample, top_p=top_p,
+                                        compact_at=compact_at)
+    lengths = (reference != tokenizer.pad_token_id).sum(1)
+    assert lengths.min() < lengths.max()  # rows end at different steps: the dropping is exercised
+    assert torch.equal(reference, mine) and same_stream
+
+
+def test_decode_on_a_prefilled_cache_gives_generates_tokens(tiny):
+    from fspo_lite.shared_prompts import distinct_prompts, shared_prompt_pass
+
+    model, tokenizer = tiny
+    rows = [p for p in PROMPTS for _ in range(3)]
+    encoded = tokenizer(rows, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    eos, pad = ending_ids(tokenizer), tokenizer.pad_token_id
+    torch.manual_seed(5)
+    reference = model.generate(**encoded, max_new_tokens=20, eos_token_id=eos, pad_token_id=pad, do_sample=True,
+                               temperature=0.7, top_k=0)[:, ids.shape[1]:]
+    cache, _ = shared_prompt_pass(model, ids[:, :-1], mask[:, :-1], distinct_prompts(ids, mask))
+    torch.manual_seed(5)
+    mine = decode(model, ids, mask, 20, eos, pad, True, 0.7, 1.0, past_key_values=cache, compact_at=0.0)
+    assert torch.equal(reference, mine)
+
+
+def test_rollout_is_the_same_with_and_without_dropping_ended_rows(tiny):
+    model, tokenizer = tiny
+    model.generation_config.eos_token_id = ending_ids(tokenizer)  # eos_ids() reads the generation config too
+    try:
+        rollouts = []
+        for drop in (False, True):
+            torch.manual_seed(11)
+            engine = TransformersRollout(model, tokenizer, max_new_tokens=16, temperature=0.9,
+                                         generation_batch_size=4, drop_ended_rows=drop)
+            rollouts.append(engine.generate(PROMPTS, 3))
+    finally:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+    assert rollouts[0].completion_lengths.tolist() != [16] * 9
+    assert torch.equal(rollouts[0].completion_ids, rollouts[1].completion_ids)
+    assert torch.equal(rollouts[0].completion_mask, rollouts[1].completion_mask)
+    assert rollouts[0].texts == rollouts[1].texts
+
+
+def test_process_logits_by_hand():
+    logits = torch.tensor([[2.0, 1.0, 0.0]])
+    assert torch.allclose(process_logits(logits, 2.0, 1.0), torch.tensor([[1.0, 0.5, 0.0]]))
+    # temperature 2: probabilities e^1, e^0.5, e^0 over their sum = 0.506, 0.307, 0.186; top_p 0.6 drops the
+    # tokens whose ascending cumulative probability stays <= 0.4: only the last one (0.186; 0.186 + 0.307 > 0.4)
+    kept = process_logits(logits, 2.0, 0.6)
+    assert kept[0, :2].tolist() == [1.0, 0.5] and kept[0, 2] == -math.inf
+    # top_p 0.3: 0.186 + 0.307 = 0.493 <= 0.7, so both smaller ones go; the top token always stays
+    assert process_logits(logits, 2.0, 0.3)[0].tolist() == [1.0, -math.inf, -math.inf]
+    assert process_logits(logits, 2.0, 0.01)[0, 0] == 1.0
+
+
+def test_transformers_warpers_agree_with_process_logits():
+    from transformers import TemperatureLogitsWarper, TopPLogitsWarper
+
+    torch.manual_seed(0)
+    logits = torch.randn(5, 50) * 3
+    expected = TopPLogitsWarper(0.7)(None, TemperatureLogitsWarper(0.6)(None, logits))
+    assert torch.equal(process_logits(logits, 0.6, 0.7), expected)
+
+
+def test_sampling_at_temperature_zero_is_refused(tiny):
+    model, tokenizer = tiny
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match="temperature above 0"):
+        decode(model, ids, torch.ones_like(ids), 4, [0], 0, do_sample=True, temperature=0.0)
+
+
+def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
+    from transformers import GenerationConfig
+
+    model, tokenizer = tiny
+    assert plain_sampling(GenerationConfig()) and plain_sampling(None)
+    assert not plain_sampling(GenerationConfig(repetition_penalty=1.05))  # Qwen2.5-Instruct's setting
+    assert not plain_sampling(GenerationConfig(min_new_tokens=2))
+    # greedy, where the random tiny model repeats tokens, with a penalty large enough to change its choices
+    model.generation_config.repetition_penalty = 20.0
+    try:
+        texts = []
+        for drop in (False, True):
+            engine = TransformersRollout(model, tokenizer, max_new_tokens=24, drop_ended_rows=drop)
+            texts.append(engine.generate(PROMPTS, 1, do_sample=False).completion_ids)
+        model.generation_config.repetition_penalty = 1.0
+        without_penalty = engine.generate(PROMPTS, 1, do_sample=False).completion_ids
+    finally:
+        model.generation_config.repetition_penalty = 1.0
+    assert torch.equal(texts[0], texts[1])  # the penalty is applied on both paths: generate was used
+    assert not torch.equal(texts[1], without_penalty)
+
+
+@pytest.mark.slow
+def test_real_model_samples_the_same_tokens():
+    """SmolLM2-135M, knowledge-base prompts with the shared prompt start, sampled at the study's temperature."""
+    from fspo_lite.config import Config
+    from fspo_lite.data import load_examples
+    from fspo_lite.prompts import prompt_text
+
+    model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=False))
+    prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]
+    rollouts = []
+    for drop in (False, True):
+        torch.manual_seed(0)
+        engine = TransformersRollout(model, tokenizer, max_new_tokens=48, temperature=0.7, drop_ended_rows=drop)
+        rollouts.append(engine.generate(prompts, 4))
+    lengths = rollouts[0].completion_lengths
+    assert lengths.min() < lengths.max()
+    assert torch.equal(rollouts[0].completion_ids, rollouts[1].completion_ids)
+    assert rollouts[0].texts == rollouts[1].texts
+    assert eos_ids(tokenizer, model)  # the real EOS ended the rows here

@@ -22,19 +22,27 @@ TINY = "configs/tiny.yaml"
 
 
 def _pairs():
-    return [(qa_context("What happens if you eat watermelon seeds?"), " Nothing happens"),
-            (qa_context("What happens if you eat watermelon seeds?"), " You grow watermelons in your stomach"),
-            (qa_context("Is the Moon made of cheese? Answer carefully, please."), " No."),
-            ("An unrelated context without the primer:", " so it is scored without the cache")]
+    """Contexts of different lengths with several choices each (long and one-token ones, in mixed order), and
+    one context without the primer."""
+    seeds, moon = qa_context("What happens if you eat watermelon seeds?"), qa_context(
+        "Is the Moon made of cheese? Answer carefully, please.")
+    return [(seeds, " Nothing happens"),
+            (seeds, " You grow watermelons in your stomach"),
+            (moon, " No."),
+            ("An unrelated context without the primer:", " so it is scored without the cache"),
+            (qa_context("Why?"), " Yes"),
+            (moon, " Yes, it is made of green cheese from a very large cow"),
+            (seeds, " X"),
+            (qa_context("Why?"), " Because the sky is blue")]
 
 
-@pytest.mark.parametrize("batch_size", [1, 3])
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
 def test_prefix_scorer_matches_direct_computation(tiny_policy, batch_size):
     model, tokenizer = tiny_policy  # a PEFT model, as a caller evaluating a trained adapter passes
     pairs = _pairs()
     direct = score_choices_direct(model, tokenizer, pairs)
     cached = PrefixScorer(model, tokenizer, QA_PRIMER + "\n\nQ:", batch_size=batch_size).score(pairs)
-    assert cached == pytest.approx(direct, abs=1e-3)
+    assert cached == pytest.approx(direct, abs=5e-5)  # float rounding only: a position off by one moves them 3e-4
     # the direct computation itself: sum of log-softmax of each continuation token, by hand for one pair
     context, continuation = pairs[2]
     ids = tokenizer(context + continuation, add_special_tokens=False)["input_ids"]

@@ -104,18 +104,18 @@ def local_sources(local_data: list[str], folder: str | Path | None = None) -> tu
     Every benchmark with a bundled sample reads it (`bundled:<name>`), except those in `local_data` whose file is in
     the data folder (`folder`, default `data_dir()`): they read that copy. So a profile's numbers never depend on
     what else a machine's data folder holds. Paths inside or beside the repository are written relative to it
-    (notebooks run from its root), so records hold no machine-specific prefix."""
+    (notebooks run from its root); the descriptions name the file only, so summaries hold no machine's paths."""
     folder = Path(folder).expanduser() if folder else data_dir()
     sources, used = {}, {}
     for entry in BENCHMARKS.values():
         path = folder / f"{entry.file}.jsonl" if entry.file else None
         if entry.name in local_data and path is not None and path.is_file():
             sources[entry.name] = os.path.relpath(path.resolve(), ROOT)
-            used[entry.name] = f"local copy {sources[entry.name]}"
+            used[entry.name] = f"local copy {path.name} from the data folder"
         elif entry.bundled:
             sources[entry.name] = entry.bundled
             if entry.name in local_data:
-                used[entry.name] = f"bundled sample ({path} not found)"
+                used[entry.name] = f"bundled sample ({path.name} not in the data folder)"
     return sources, used
 
 

@@ -197,7 +197,10 @@ def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
     """Bar chart of one response's token advantages (green positive, red negative); returns the figure.
 
     Without `ax` the figure is a plain matplotlib Figure, outside pyplot's global state: `display(figure)`
-    shows it, and widget callbacks that draw it never pick up or leave behind another plot's figure."""
+    shows it, and widget callbacks that draw it never pick up or leave behind another plot's figure. No layout
+    pass is run: Jupyter's inline backend saves with bbox_inches="tight", which keeps the rotated token labels
+    (pass the same to `figure.savefig`); a tight_layout() here would lay out every label once more, a fifth of
+    the playground's update time (docs/performance.md, "Playground updates")."""
     if ax is None:
         from matplotlib.figure import Figure
 
@@ -210,5 +213,4 @@ def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set_ylabel("advantage")
     ax.set_title(f"response #{index}: reward {result.rewards[index]:.3f}")
-    ax.figure.tight_layout()
     return ax.figure

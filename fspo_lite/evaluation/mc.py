@@ -2,8 +2,8 @@
 
 Each choice is scored as log p(" " + choice | primer + "Q: question\\nA:"), summed over the choice's
 tokens. The 6-shot primer is the same for every question, so its keys and values are computed once
-and shared by every batch (about 90% of each sequence); only question and choice tokens are run per
-batch. `score_choices_direct` runs whole sequences without the cache: the reference the tests
+and shared by every batch (about 90% of each sequence); each question is run once for all of its
+choices, and only the choice tokens are run per choice. `score_choices_direct` runs whole sequences without the cache: the reference the tests
 compare against.
 """
 
@@ -70,8 +70,11 @@ def score_choices_direct(model, tokenizer, pairs: Sequence[tuple[str, str]]) -> 
 class PrefixScorer:
     """Summed continuation log-likelihoods for contexts that all start with one shared prefix.
 
-    The prefix runs once; each batch expands its cached keys/values to the batch size. Rows whose
-    tokenization does not start with the prefix's tokens are scored without the cache.
+    Three levels of sharing, each run once: the prefix (the primer, for every pair), each distinct context's rest
+    after it (the question, for all of its choices), then the continuations (the choices) on a copy of their
+    context's keys/values. The context's last logit predicts a continuation's first token, so a choice's tokens
+    are the only ones run per pair. Rows whose tokenization does not start with the prefix's tokens are scored
+    without the cache. The same sums as `score_choices_direct` up to float rounding (tests/test_eval_harness.py).
     """
 
     def __init__(self, model, tokenizer, prefix: str, batch_size: int = 16):
@@ -85,46 +88,75 @@ class PrefixScorer:
         model.train(was_training)
         self.prefix_layers = [(layer.keys, layer.values) for layer in cache.layers]
 
-    def _cache(self, batch: int):
+    def _cache(self, layers, rows: torch.Tensor | int):
+        """A DynamicCache holding, per row, the cached keys/values of `layers` at `rows` (or the one prefix row
+        repeated `rows` times)."""
         from transformers import DynamicCache
 
-        data = [(k.expand(batch, -1, -1, -1).contiguous(), v.expand(batch, -1, -1, -1).contiguous())
-                for k, v in self.prefix_layers]
+        if isinstance(rows, int):
+            data = [(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in layers]
+        else:
+            data = [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in layers]
         return DynamicCache(ddp_cache_data=data, config=self.model.config)
+
+    def _padded(self, sequences: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded ids and their mask."""
+        length = max(map(len, sequences))
+        pad = self.tokenizer.pad_token_id or 0
+        ids = torch.tensor([s + [pad] * (length - len(s)) for s in sequences], device=self.device)
+        mask = torch.tensor([[1] * len(s) + [0] * (length - len(s)) for s in sequences], device=self.device)
+        return ids, mask
+
+    def _contexts(self, rests: list[list[int]]):
+        """Run the contexts' rests after the prefix: (their keys/values, attention mask over prefix + rest, the
+        logit row at each rest's last token)."""
+        width = len(self.prefix_ids)
+        ids, mask = self._padded(rests)
+        attention = torch.cat([torch.ones(len(rests), width, dtype=mask.dtype, device=self.device), mask], 1)
+        positions = torch.arange(width, width + ids.shape[1], device=self.device).expand(len(rests), -1)
+        output = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
+                            past_key_values=self._cache(self.prefix_layers, len(rests)), use_cache=True)
+        last = torch.tensor([len(r) - 1 for r in rests], device=self.device)
+        logits = output.logits[torch.arange(len(rests), device=self.device), last]
+        return [(layer.keys, layer.values) for layer in output.past_key_values.layers], attention, logits
 
     @torch.no_grad()
     def score(self, pairs: Sequence[tuple[str, str]], progress: bool = False) -> list[float]:
         """Summed log p(continuation | context) for every (context, continuation) pair, in order."""
         encoded = [encode_pair(self.tokenizer, c, x) for c, x in pairs]
         width = len(self.prefix_ids)
-        cached = [i for i, (c, _) in enumerate(encoded) if c[:width] == self.prefix_ids and len(c) > width]
+        by_context: dict[tuple[int, ...], list[int]] = {}
+        for i, (context, continuation) in enumerate(encoded):
+            if context[:width] == self.prefix_ids and len(context) > width and continuation:
+                by_context.setdefault(tuple(context[width:]), []).append(i)
         scores: list[float | None] = [None] * len(pairs)
         was_training = self.model.training
         self.model.eval()
-        # longest first: rows of a batch have similar lengths, so little padding is computed
-        cached.sort(key=lambda i: -(len(encoded[i][0]) + len(encoded[i][1])))
-        for start in tqdm(range(0, len(cached), self.batch_size), desc="score choices", disable=not progress,
+        # longest first, so the rows of a batch have similar lengths and little padding is computed
+        contexts = sorted(by_context, key=lambda rest: -len(rest))
+        for start in tqdm(range(0, len(contexts), self.batch_size), desc="score choices", disable=not progress,
                           leave=False):
-            rows = cached[start : start + self.batch_size]
-            tails = [encoded[i][0][width:] + encoded[i][1] for i in rows]
-            length = max(map(len, tails))
-            pad = self.tokenizer.pad_token_id or 0
-            ids = torch.tensor([t + [pad] * (length - len(t)) for t in tails], device=self.device)
-            mask = torch.tensor([[1] * len(t) + [0] * (length - len(t)) for t in tails], device=self.device)
-            attention = torch.cat([torch.ones(len(rows), width, dtype=mask.dtype, device=self.device), mask], 1)
-            positions = torch.arange(width, width + length, device=self.device).expand(len(rows), -1)
-            logits = self.model(input_ids=ids, attention_mask=attention, position_ids=positions,
-                                past_key_values=self._cache(len(rows)), use_cache=True).logits
-            # the logit at position j predicts token j + 1 of the tail; keep only continuation targets
-            targets = torch.zeros(len(rows), length - 1, dtype=torch.long, device=self.device)
-            keep = torch.zeros(len(rows), length - 1, device=self.device)
-            for r, i in enumerate(rows):
-                start_c = len(encoded[i][0]) - width
-                n = len(encoded[i][1])
-                targets[r, start_c - 1 : start_c - 1 + n] = torch.tensor(encoded[i][1], device=self.device)
-                keep[r, start_c - 1 : start_c - 1 + n] = 1
-            for r, value in zip(rows, _summed(logits[:, :-1], targets, keep)):
-                scores[r] = value
+            chunk = contexts[start : start + self.batch_size]
+            layers, attention, last_logits = self._contexts([list(rest) for rest in chunk])
+            rows = [(c, i) for c, rest in enumerate(chunk) for i in by_context[rest]]
+            rows.sort(key=lambda row: -len(encoded[row[1]][1]))
+            for first in range(0, len(rows), self.batch_size):
+                batch = rows[first : first + self.batch_size]
+                owners = torch.tensor([c for c, _ in batch], device=self.device)
+                choices = [encoded[i][1] for _, i in batch]
+                ids, mask = self._padded(choices)
+                # the context's last logit predicts a choice's first token, the choice's own logits the rest
+                logits = last_logits.index_select(0, owners)[:, None]
+                if ids.shape[1] > 1:
+                    lengths = attention.sum(1).index_select(0, owners)  # prefix + rest tokens of each context
+                    positions = lengths[:, None] + torch.arange(ids.shape[1] - 1, device=self.device)
+                    rest_logits = self.model(
+                        input_ids=ids[:, :-1], attention_mask=torch.cat([attention.index_select(0, owners),
+                                                                         mask[:, :-1]], 1),
+                        position_ids=positions, past_key_values=self._cache(layers, owners), use_cache=True).logits
+                    logits = torch.cat([logits, rest_logits], 1)
+                for (_, i), value in zip(batch, _summed(logits, ids, mask)):
+                    scores[i] = value
         rest = [i for i in range(len(pairs)) if scores[i] is None]
         if rest:
             for i, value in zip(rest, score_choices_direct(self.model, self.tokenizer, [pairs[i] for i in rest])):

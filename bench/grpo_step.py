@@ -201,7 +201,7 @@ def fspo_config(settings: BenchSettings, output_dir: str):
 
 def step_examples(config, count: int):
     """The training questions in the order fspo-lite's sampler draws them (TRL is fed the same order)."""
-    from fspo_lite.trainer import ExampleSampler, load_training_examples
+    from fspo_lite.training_set import ExampleSampler, load_training_examples
 
     examples = load_training_examples(config)
     order = ExampleSampler(len(examples), seed=config.train.seed).next(count)

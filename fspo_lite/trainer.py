@@ -8,11 +8,9 @@ clipped-surrogate updates -> metrics and, now and then, a checkpoint.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,7 +19,7 @@ from tqdm.auto import tqdm
 from . import algos
 from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import Config, validate_config
-from .data import DataError, QAExample, load_mixture
+from .data import QAExample
 from .distributed import Distributed, loss_normalisers
 from .engines import build_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
@@ -32,6 +30,7 @@ from .prompts import prompt_text
 from .rewards import advantages_from_scores, build_judges, score_rollouts
 from .rollout import Rollout
 from .shared_prompts import uses_gradient_checkpointing
+from .training_set import ExampleSampler, load_training_examples
 from .verifiers import build_verifier
 
 
@@ -39,63 +38,9 @@ class TrainingError(RuntimeError):
     """Training cannot go on (for example: too many consecutive non-finite steps)."""
 
 
-@dataclass
-class ExampleSampler:
-    """Endless seeded reshuffles of the training set; (epoch, position) is its whole state."""
-
-    size: int
-    seed: int = 0
-    epoch: int = 0
-    position: int = 0
-    order: list[int] = field(default_factory=list)
-
-    def __post_init__(self):
-        if self.size <= 0:
-            raise ValueError("the training set is empty")
-        self._shuffle()
-
-    def _shuffle(self) -> None:
-        self.order = list(range(self.size))
-        random.Random(self.seed * 100_003 + self.epoch).shuffle(self.order)
-
-    def next(self, count: int) -> list[int]:
-        picked = []
-        while len(picked) < count:
-            if self.position >= self.size:
-                self.epoch, self.position = self.epoch + 1, 0
-                self._shuffle()
-            picked.append(self.order[self.position])
-            self.position += 1
-        return picked
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = state["epoch"], state["position"]
-        self._shuffle()
-
-
 def set_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def load_training_examples(config: Config) -> list[QAExample]:
-    """The training questions, restricted to a difficulty filter's kept ids when one is configured."""
-    stats = {"skipped": 0}
-    examples = load_mixture(config.data.train, seed=config.train.seed, skip_bad_rows=config.data.skip_bad_rows,
-                            stats=stats)
-    if stats["skipped"]:
-        print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")
-    if config.data.filter_path:
-        kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
-        examples = [e for e in examples if e.id in kept]
-        if not examples:
-            raise DataError(f"{config.data.filter_path}: none of its kept ids is in {config.data.train}")
-    if not examples:
-        raise DataError(f"{config.data.train}: no training examples (the file has no usable rows)")
-    return examples[: config.data.limit] if config.data.limit else examples
 
 
 def shares_prompt_pass(config: Config, world_size: int, model) -> bool:

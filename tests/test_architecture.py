@@ -30,7 +30,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere)
     ("core: math, text, config", ["algos", "align", "text", "stats", "config"]),
     ("grading: answer grading", ["grading"]),
-    ("data: examples, prompts, data files, gold labels", ["data", "data_files", "prompts", "labeling"]),
+    ("data: examples, the training set, prompts, data files, gold labels",
+     ["data", "data_files", "training_set", "prompts", "labeling"]),
     ("models and rollout engines", ["models", "shared_prompts", "decoding", "logprobs", "rollout", "vllm_rollout",
                                     "engines", "llm"]),
     ("claim extraction", ["claims"]),
@@ -47,8 +48,6 @@ LAYERS: list[tuple[str, list[str]]] = [
 MAX_LINES = 400
 OVER_LIMIT = {
     "fspo_lite.config": "data table: one dataclass field per config key, each with its comment",
-    "fspo_lite.trainer": "13 lines over; ExampleSampler / load_training_examples could move to the data layer "
-                         "(left while other branches edit trainer.py)",
     "fspo_lite.grading.latex_math": "the grammar of the math parser: one recursive-descent parser, kept whole",
 }
 """Modules allowed over MAX_LINES, with the reason (a new module over the limit fails the test)."""

@@ -12,7 +12,7 @@ from fspo_lite.__main__ import main
 from fspo_lite.config import load_config
 from fspo_lite.methods.klcf import load_checklists
 from fspo_lite.drivers.probing import QuestionStats
-from fspo_lite.trainer import load_training_examples
+from fspo_lite.training_set import load_training_examples
 
 QUESTIONS = {  # question -> the completions the fake model cycles through (after the "<think>" prefix)
     "Capital of France?": ["Paris is in France.</think><answer>Paris</answer>", "</think><answer>Lyon</answer>"],

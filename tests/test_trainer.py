@@ -18,7 +18,8 @@ from fspo_lite.checkpoint import CheckpointError, latest_checkpoint, verify_chec
 from fspo_lite.config import load_config
 from fspo_lite.data import QAExample
 from fspo_lite.metrics import read_metrics
-from fspo_lite.trainer import ExampleSampler, Trainer, TrainingError
+from fspo_lite.trainer import Trainer, TrainingError
+from fspo_lite.training_set import ExampleSampler
 
 EXAMPLES = [
     QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),

@@ -26,10 +26,10 @@ from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
 from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
+from .prompt_cache import uses_gradient_checkpointing
 from .prompts import prompt_text
 from .rewards import advantages_from_scores, build_judges, score_rollouts
 from .rollout import Rollout
-from .shared_prompts import uses_gradient_checkpointing
 from .training_set import ExampleSampler, load_training_examples
 from .verifiers import build_verifier
 

@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("grading: answer grading", ["grading"]),
     ("data: examples, the training set, prompts, data files, gold labels",
      ["data", "data_files", "training_set", "prompts", "labeling"]),
-    ("models and rollout engines", ["models", "shared_prompts", "decoding", "logprobs", "rollout", "vllm_rollout",
+    ("models and rollout engines", ["models", "prompt_cache", "decoding", "logprobs", "rollout", "vllm_rollout",
                                     "engines", "llm"]),
     ("claim extraction", ["claims"]),
     ("verifiers", ["verifiers"]),

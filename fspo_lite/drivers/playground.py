@@ -19,7 +19,7 @@ from ..claims import build_claim_extractor
 from ..config import Config, apply_overrides
 from ..data import DATA_DIR, QAExample
 from ..methods.klcf import build_checklist
-from .probing import base_engine, sample_texts
+from .base_samples import base_engine, sample_texts
 from ..rewards import advantages_from_scores, build_judges, parse_method, score_rollouts
 from ..rollout import rollout_from_texts
 from ..verifiers import build_verifier

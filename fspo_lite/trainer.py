@@ -24,12 +24,12 @@ from .distributed import Distributed, loss_normalisers
 from .engines import build_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
-from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
 from .models import load_policy, trainable_parameter_count
 from .prompt_cache import uses_gradient_checkpointing
 from .prompts import prompt_text
 from .rewards import advantages_from_scores, build_judges, score_rollouts
 from .rollout import Rollout
+from .training_log import MetricsLogger, append_jsonl, truncate_jsonl
 from .training_set import ExampleSampler, load_training_examples
 from .verifiers import build_verifier
 
@@ -150,7 +150,7 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
-        The step's metrics row is already on disk (see fspo_lite.metrics), so no step is lost or logged twice."""
+        The step's metrics row is already on disk (see fspo_lite.training_log), so no step is lost or logged twice."""
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded

@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("sentence verdicts and FSPO masks", ["verdicts"]),
     ("rewards and methods", ["methods", "rewards"]),
     ("update: checkpoints, processes, sharding", ["checkpoint", "distributed", "fsdp"]),
-    ("trainer and its logs", ["trainer", "metrics"]),
+    ("trainer and its logs", ["trainer", "training_log"]),
     ("evaluation", ["evaluation"]),
     ("experiment drivers, tools and CLI", ["", "__main__", "drivers", "verifiers.cli", "notebook_tools"]),
 ]

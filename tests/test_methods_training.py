@@ -16,9 +16,9 @@ from fspo_lite import trainer as trainer_module
 from fspo_lite.config import load_config
 from fspo_lite.data import QAExample
 from fspo_lite.methods.klcf import CHECKLIST_KIND
-from fspo_lite.metrics import read_metrics
 from fspo_lite.rewards import MethodSpec, parse_method
 from fspo_lite.trainer import Trainer
+from fspo_lite.training_log import read_metrics
 
 EXAMPLES = [
     QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),

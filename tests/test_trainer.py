@@ -17,8 +17,8 @@ from fspo_lite import trainer as trainer_module
 from fspo_lite.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
 from fspo_lite.config import load_config
 from fspo_lite.data import QAExample
-from fspo_lite.metrics import read_metrics
 from fspo_lite.trainer import Trainer, TrainingError
+from fspo_lite.training_log import read_metrics
 from fspo_lite.training_set import ExampleSampler
 
 EXAMPLES = [

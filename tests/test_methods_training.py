@@ -11,7 +11,6 @@ import json
 import pytest
 import torch
 
-from fspo_lite import rewards as rewards_module
 from fspo_lite import trainer as trainer_module
 from fspo_lite.config import load_config
 from fspo_lite.data import QAExample
@@ -28,7 +27,7 @@ EXAMPLES = [
 
 @pytest.fixture
 def varied_rewards(monkeypatch):
-    real = rewards_module.score_rollouts
+    real = trainer_module.score_rollouts
     generator = torch.Generator().manual_seed(0)
 
     def scored_with_variance(examples, rollout, tokenizer, config, verifier, **kwargs):

@@ -7,9 +7,9 @@ import torch
 from fspo_lite.config import load_config
 from fspo_lite.logprobs import completion_logprobs
 from fspo_lite.models import load_policy
-from fspo_lite.prompt_cache import distinct_prompts, prompt_positions, uses_gradient_checkpointing
+from fspo_lite.prompt_cache import distinct_prompts, prompt_positions, shares_prompt_pass, uses_gradient_checkpointing
 from fspo_lite.rollout import TransformersRollout
-from fspo_lite.trainer import Trainer, shares_prompt_pass
+from fspo_lite.trainer import Trainer
 
 
 def test_distinct_prompts_groups_rows_in_order_of_first_appearance():

@@ -10,8 +10,8 @@ training step makes them (fspo_lite.trainer.score_rollouts):
   fspo_lite.methods.detail, FSPO's step reward) added on top, and the step's reward metrics.
 
 Also here: `parse_method` (a reward.method string taken apart), `build_reward_tools` (what the method
-uses besides the verifier, built once per run by its METHODS entry) and `check_verifier` /
-`verdicts_needed` (whether the method, the detail term or the FSPO flip needs the verifier's verdicts).
+uses besides the verifier, built once per run by its METHODS entry), `check_verifier` (the method or the
+detail term needs a verifier) and `verdicts_needed` (whether a step asks for sentence verdicts at all).
 """
 
 from __future__ import annotations

@@ -201,7 +201,7 @@ def fspo_config(settings: BenchSettings, output_dir: str):
 
 def step_examples(config, count: int):
     """The training questions in the order fspo-lite's sampler draws them (TRL is fed the same order)."""
-    from fspo_lite.trainer import ExampleSampler, load_training_examples
+    from fspo_lite.training_set import ExampleSampler, load_training_examples
 
     examples = load_training_examples(config)
     order = ExampleSampler(len(examples), seed=config.train.seed).next(count)
@@ -278,9 +278,9 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
 
     from fspo_lite.models import load_policy
     from fspo_lite.prompts import prompt_text
-    from fspo_lite.rewards import advantages_from_scores, build_judges, score_rollouts
+    from fspo_lite.rewards import build_reward_tools
     from fspo_lite.rollout import Rollout
-    from fspo_lite.trainer import set_seed
+    from fspo_lite.trainer import advantages_from_scores, score_rollouts, set_seed
     from fspo_lite.verifiers import build_verifier
     from trl_grpo import TokenAdvantageGRPOTrainer
 
@@ -291,13 +291,13 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
         examples, order = step_examples(config, settings.prompts_per_step * total_steps)
         dataset = Dataset.from_list([{"prompt": prompt_text(tokenizer, examples[i], config.data), "example_index": i}
                                      for i in order])
-        verifier, judges = build_verifier(config.verifier), build_judges(config)
+        verifier, tools = build_verifier(config.verifier), build_reward_tools(config)
 
         def fspo_advantages(inputs, output):
             rollout = Rollout(output["prompt_ids"].cpu(), output["prompt_mask"].cpu(), output["completion_ids"].cpu(),
                               output["completion_mask"].cpu(), [], settings.group_size)
             rows = [examples[x["example_index"]] for x in inputs]
-            scored = score_rollouts(rows, rollout, tokenizer, config, verifier, judges=judges)
+            scored = score_rollouts(rows, rollout, tokenizer, config, verifier, tools=tools)
             return advantages_from_scores(scored, rollout.completion_mask, config)[0]
 
         accumulation = settings.responses // settings.micro_batch_size

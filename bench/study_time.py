@@ -103,7 +103,8 @@ def main() -> int:
     from fspo_lite.drivers.runs import run_config
     from fspo_lite.models import load_policy
     from fspo_lite.text import reasoning_sentences
-    from fspo_lite.trainer import Trainer, load_training_examples
+    from fspo_lite.trainer import Trainer
+    from fspo_lite.training_set import load_training_examples
     from fspo_lite.verifiers import build_verifier
     from fspo_lite.verifiers.cli import machine_description
 

@@ -64,7 +64,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new
     """New tokens (rows, steps) for left-padded prompts: sampled (or greedy, do_sample=False), pad after each row's
     first EOS; steps = max_new_tokens or fewer when every row has ended.
 
-    past_key_values: the cache of every prompt token but the last (`fspo_lite.shared_prompts`), or None to run the
+    past_key_values: the cache of every prompt token but the last (`fspo_lite.prompt_cache`), or None to run the
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
     rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work)."""
     if do_sample and temperature <= 0:

@@ -30,9 +30,9 @@ import torch
 
 from .config import ModelConfig
 from .models import load_model, load_tokenizer, resolve_device
+from .prompt_cache import prompt_positions
 from .prompts import render_prompt
 from .rollout import eos_ids
-from .shared_prompts import prompt_positions
 
 Prompt = Union[str, list[dict]]
 YES_WORDS = ("yes",)

@@ -7,7 +7,7 @@ import contextlib
 import torch
 
 from .algos import entropy_from_logits, selective_log_softmax
-from .shared_prompts import distinct_prompts, prompt_positions, shared_prompt_pass
+from .prompt_cache import distinct_prompts, prompt_positions, shared_prompt_pass
 
 
 def completion_logprobs(
@@ -29,7 +29,7 @@ def completion_logprobs(
     mask, so left padding does not shift positions.
 
     share_prompts: rows with the same prompt (the G responses of a group) share one pass over it
-    (`fspo_lite.shared_prompts`); the completions then attend to the copied prompt keys/values.
+    (`fspo_lite.prompt_cache`); the completions then attend to the copied prompt keys/values.
     Same values up to float rounding; the model must keep its KV cache (no gradient checkpointing).
     entropy_grad: the entropy keeps its graph (for an entropy bonus in the loss); else it is detached.
     """

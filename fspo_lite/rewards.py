@@ -1,10 +1,17 @@
-"""From sampled responses to rewards and token advantages: the reward dispatch.
+"""The reward dispatch: what each response of a step earns under config.reward.method.
 
-Data flow: rollout -> response views (text + per-token character ranges) -> outcome reward
-per response -> the method's reward (outcome, caution table, RLFH token rewards or KLCF
-recall/precision; fspo_lite.methods) -> sentence verdicts from the verifier and the (N, C)
-FSPO sentence mask (fspo_lite.verdicts). `advantages_from_scores` turns the result into token
-advantages with the pure functions in `algos`.
+Two calls, on either side of the verifier's sentence verdicts (fspo_lite.verdicts), in the order a
+training step makes them (fspo_lite.trainer.score_rollouts):
+
+- `method_rewards`: the outcome reward of each response (fspo_lite.grading) and the method's reward,
+  through the table of reward sources `methods.METHODS` (outcome, caution table, RLFH token rewards,
+  KLCF recall/precision);
+- `total_rewards`: the terms that rest on the verdicts (the detail term and relevance judge of
+  fspo_lite.methods.detail, FSPO's step reward) added on top, and the step's reward metrics.
+
+Also here: `parse_method` (a reward.method string taken apart), `build_reward_tools` (what the method
+uses besides the verifier, built once per run by its METHODS entry), `check_verifier` (the method or the
+detail term needs a verifier) and `verdicts_needed` (whether a step asks for sentence verdicts at all).
 """
 
 from __future__ import annotations
@@ -13,23 +20,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import algos
-from .claims import ClaimExtractor, build_claim_extractor
 from .data import QAExample
 from .grading import Outcome, outcome_reward
-from .llm import ChatModel
-from .methods import METHODS, REWARD_METHODS, RewardBatch
+from .methods import METHODS, REWARD_METHODS, MethodResult, RewardBatch, RewardTools
 from .methods.detail import build_relevance_judge, detail_bonus, detail_counts, relevance_bonus, relevance_messages
-from .methods.klcf import RewardModel, build_reward_model, load_checklists
-from .methods.rlfh import InformativenessScorer, RuleBasedInformativeness
-from .verdicts import (ResponseView, SentenceVerdicts, response_views, sentence_count_metrics, sentence_mask,
-                       step_factuality, step_scores, verify_sentences)
+from .verdicts import ResponseView, SentenceVerdicts, sentence_count_metrics, step_factuality, step_scores
 from .verifiers import Verifier
 
 
 @dataclass
 class ScoredRollouts:
-    """Everything the advantage stage needs, plus metrics and per-response details for logs."""
+    """A step's scored responses: everything the advantage stage needs, plus metrics and per-response details
+    for logs (made by `total_rewards`; fspo_lite.trainer.score_rollouts is the whole recipe)."""
 
     rewards: torch.Tensor
     """(N,) scalar reward per response (for RLFH: the sum of its token rewards)."""
@@ -69,42 +71,21 @@ def parse_method(name: str) -> MethodSpec:
     return MethodSpec(source, flip)
 
 
-@dataclass
-class Judges:
-    """What a reward method needs besides the verifier, built once per run (see build_judges)."""
-
-    extractor: ClaimExtractor | None = None
-    informativeness: InformativenessScorer | None = None
-    checklists: dict[str, list[str]] | None = None
-    reward_model: RewardModel | None = None
-    relevance: ChatModel | None = None
-    """The detail term's relevance judge (detail.relevance_judge), when its weight is not 0."""
+def build_reward_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:
+    """What config.reward.method uses besides the verifier (its METHODS entry's `tools` builder; `checklists`:
+    KLCF checklists already in hand), and the detail term's relevance judge when detail.relevance_weight is not 0."""
+    tools = METHODS[parse_method(config.reward.method).source].tools(config, checklists)
+    tools.relevance = build_relevance_judge(config.detail, config.verifier)
+    return tools
 
 
-def build_judges(config, checklists: dict[str, list[str]] | None = None) -> Judges:
-    """The claim extractor, informativeness scorer, checklists and reward model that config.reward.method uses,
-    and the relevance judge of the detail term when detail.relevance_weight is not 0."""
-    source = parse_method(config.reward.method).source
-    if source == "rlfh":
-        judges = Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
-                        RuleBasedInformativeness(config.rlfh.crucial_overlap))
-    elif source == "klcf":
-        judges = Judges(build_claim_extractor(config.reward.claim_extractor, config.verifier),
-                        checklists=checklists if checklists is not None else load_checklists(config.klcf.checklist_path),
-                        reward_model=build_reward_model(config.klcf.reward_model))
-    else:
-        judges = Judges()
-    judges.relevance = build_relevance_judge(config.detail, config.verifier)
-    return judges
-
-
-def _relevance(examples, texts, outcomes, detail, judges):
+def _relevance(examples, texts, outcomes, detail, tools: RewardTools):
     """P(relevant) per response from the relevance judge (None where its reply was neither Yes nor No) and the
     relevance term (0 for malformed responses)."""
-    if judges.relevance is None:
+    if tools.relevance is None:
         raise ValueError("detail.relevance_weight needs a relevance judge: set detail.relevance_judge=llm")
-    probabilities = judges.relevance.yes_probability([relevance_messages(e.question, t)
-                                                      for e, t in zip(examples, texts)])
+    probabilities = tools.relevance.yes_probability([relevance_messages(e.question, t)
+                                                     for e, t in zip(examples, texts)])
     bonuses = [relevance_bonus(p, detail.relevance_weight) if o.format_ok else 0.0
                for p, o in zip(probabilities, outcomes)]
     return probabilities, torch.tensor(bonuses, dtype=torch.float32)
@@ -127,59 +108,76 @@ def relevance_metrics(probabilities: list[float | None]) -> dict[str, float]:
             "relevance_unread_share": 1 - len(read) / len(probabilities) if probabilities else 0.0}
 
 
-def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifier: Verifier | None, step: int = 0,
-                   judges: Judges | None = None) -> ScoredRollouts:
-    """Grade every response of a rollout under config.reward.method.
+def detail_term_on(config) -> bool:
+    """Whether the detail term is on (detail.weight or detail.precision_weight not 0)."""
+    return bool(config.detail.weight or config.detail.precision_weight)
 
-    `examples` holds one QAExample per response (each prompt's example repeated G times, groups
-    contiguous). `step` drives scheduled rewards (caution.variant=fact_then_caution); `judges` holds
-    the method's claim extractor, checklists and reward model (built from the config when None).
-    """
-    spec = parse_method(config.reward.method)
-    method = METHODS[spec.source]
-    if method.needs_verifier and verifier is None:
+
+def check_verifier(config, verifier: Verifier | None) -> None:
+    """Raise when config.reward.method or the detail term needs a verifier and there is none."""
+    if METHODS[parse_method(config.reward.method).source].needs_verifier and verifier is None:
         raise ValueError(f"reward.method={config.reward.method} needs a verifier")
-    judges = judges if judges is not None else build_judges(config)
-    views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
-    texts = [view.text for view in views]
+    if detail_term_on(config) and verifier is None:
+        raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")
+
+
+def verdicts_needed(config, verifier: Verifier | None) -> bool:
+    """Whether a step asks the verifier for sentence verdicts: for the FSPO flip, the logged step factuality
+    (reward.log_step_factuality) or the detail term; never without a verifier."""
+    return verifier is not None and (parse_method(config.reward.method).flip or config.reward.log_step_factuality
+                                     or detail_term_on(config))
+
+
+def method_rewards(examples: list[QAExample], views: list[ResponseView], completion_mask: torch.Tensor, config,
+                   verifier: Verifier | None, step: int, tools: RewardTools) -> tuple[RewardBatch, MethodResult]:
+    """The outcome of every response and config.reward.method's reward for it (its METHODS entry, given only its
+    config section): the batch the method saw and its result.
+
+    `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
+    `step` drives scheduled rewards (caution.variant=fact_then_caution); `tools` are the run's RewardTools.
+    """
+    method = METHODS[parse_method(config.reward.method).source]
     outcomes = [
-        outcome_reward(example, text, config.reward.answer_metric, config.reward.format_penalty)
-        for example, text in zip(examples, texts)
+        outcome_reward(example, view.text, config.reward.answer_metric, config.reward.format_penalty)
+        for example, view in zip(examples, views)
     ]
-    batch = RewardBatch(examples, views, outcomes, rollout.completion_mask, config.reward.format_penalty,
+    batch = RewardBatch(examples, views, outcomes, completion_mask, config.reward.format_penalty,
                         config.rollout.group_size, step, config.train.steps)
     section = getattr(config, method.section) if method.section else None
-    result = method.score(batch, section, verifier, judges)
-    rewards, token_rewards, details, method_metrics = (result.rewards, result.token_rewards, result.details,
-                                                       result.metrics)
-    detail_on = bool(config.detail.weight or config.detail.precision_weight)
-    if detail_on and verifier is None:
-        raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")
-    verify = verifier is not None and (spec.flip or config.reward.log_step_factuality or detail_on)
-    verdicts = (
-        verify_sentences(examples, texts, verifier, config.verifier.threshold) if verify
-        else [SentenceVerdicts() for _ in texts]
-    )
+    return batch, method.score(batch, section, verifier, tools)
+
+
+def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[SentenceVerdicts],
+                  sentence_mask: torch.Tensor | None, config, tools: RewardTools) -> ScoredRollouts:
+    """The method's rewards plus the terms that rest on the sentence verdicts, with the step's reward metrics.
+
+    The detail term (and the relevance judge's term) goes on every well-formed response, on its final token
+    for token rewards (RLFH); with the FSPO flip, reward.step_reward_lambda x the step score too.
+    `sentence_mask` is the FSPO mask of the verdicts (None without the flip), carried along for the advantages.
+    """
+    spec = parse_method(config.reward.method)
+    texts, outcomes, completion_mask = batch.texts, batch.outcomes, batch.completion_mask
+    rewards, token_rewards, details = result.rewards, result.token_rewards, result.details
+    detail_on = detail_term_on(config)
     scores = step_scores(verdicts)
     bonuses, counts = _detail_rewards(texts, verdicts, outcomes, config.detail)
     detail_bonuses = bonuses
     relevance_on = bool(config.detail.relevance_weight)
     if relevance_on:
-        relevance, relevance_bonuses = _relevance(examples, texts, outcomes, config.detail, judges)
+        relevance, relevance_bonuses = _relevance(batch.examples, texts, outcomes, config.detail, tools)
         bonuses = bonuses + relevance_bonuses
         for item, probability in zip(details, relevance):
             item["relevance"] = probability
     if detail_on or relevance_on:
         rewards = rewards + bonuses
         if token_rewards is not None:  # token rewards (RLFH): the term sits on the final token, like the outcome
-            last = (rollout.completion_mask.sum(dim=1) - 1).clamp(min=0)
-            token_rewards[torch.arange(len(texts)), last] += bonuses * (rollout.completion_mask.sum(dim=1) > 0)
+            last = (completion_mask.sum(dim=1) - 1).clamp(min=0)
+            token_rewards[torch.arange(len(texts)), last] += bonuses * (completion_mask.sum(dim=1) > 0)
     if detail_on:
         for item, bonus, count in zip(details, detail_bonuses.tolist(), counts):
             item.update(detail_bonus=bonus, supported_distinct=count.supported_distinct)
     if spec.flip and config.reward.step_reward_lambda:
         rewards = rewards + config.reward.step_reward_lambda * torch.tensor(scores)
-    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if spec.flip else None
     factuality, verified = step_factuality(verdicts)
     metrics = {
         "reward_mean": rewards.mean().item(),
@@ -194,19 +192,6 @@ def score_rollouts(examples: list[QAExample], rollout, tokenizer, config, verifi
         **sentence_count_metrics(verdicts, [c.duplicates for c in counts]),
         **({"detail_bonus_mean": detail_bonuses.mean().item()} if detail_on else {}),
         **(relevance_metrics(relevance) if relevance_on else {}),
-        **method_metrics,
+        **result.metrics,
     }
-    return ScoredRollouts(rewards, mask, outcomes, verdicts, views, metrics, token_rewards, details)
-
-
-def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, config) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens.
-
-    Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
-    group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
-    """
-    group_size, scale = config.rollout.group_size, config.train.scale_by_std
-    if scored.token_rewards is not None:
-        advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale)
-        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
-    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale, scored.sentence_mask)
+    return ScoredRollouts(rewards, sentence_mask, outcomes, verdicts, batch.views, metrics, token_rewards, details)

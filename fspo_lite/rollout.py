@@ -1,7 +1,7 @@
 """Rollout engines: prompts in, sampled completions (token ids and text) out.
 
 `TransformersRollout` batches prompts x samples with left padding and the KV cache, encodes each
-distinct prompt once for its samples (`fspo_lite.shared_prompts`), decodes with
+distinct prompt once for its samples (`fspo_lite.prompt_cache`), decodes with
 `fspo_lite.decoding.decode` (ended rows leave the forward pass; `model.generate` where that is off),
 and stops as soon as every sequence has produced EOS. The vLLM engines
 (GPU) live in `fspo_lite.vllm_rollout` behind the same `generate` signature; `fspo_lite.engines`
@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from .decoding import decode, plain_sampling
 from .models import merged_lora_weights
-from .shared_prompts import common_prefix_length, distinct_prompts, shared_prefix_prefill, shared_prompt_pass
+from .prompt_cache import common_prefix_length, distinct_prompts, shared_prefix_prefill, shared_prompt_pass
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prompt start worth a pass of its own (rollout.share_prompt_prefix)."""

@@ -1,18 +1,20 @@
 """The GRPO-family training loop (grpo, fspo, caution, rlfh, klcf): a thin stateful shell around
 the pure functions.
 
-One step: sample questions -> generate G responses each -> rewards and sentence verification
--> token advantages (FSPO flip, or reward-to-go of RLFH token rewards) -> mu epochs of
-clipped-surrogate updates -> metrics and, now and then, a checkpoint.
+One step (`Trainer.train_step`): sample questions -> generate G responses each (fspo_lite.rollout)
+-> `score_rollouts`: rewards (fspo_lite.rewards), the verifier's sentence verdicts and the FSPO
+sentence mask (fspo_lite.verdicts) -> `advantages_from_scores`: token advantages, FSPO-flipped or
+from the reward-to-go of RLFH token rewards (fspo_lite.algos) -> `Trainer.update`: mu epochs of
+clipped-surrogate updates (fspo_lite.algos) -> metrics and, now and then, a checkpoint. The FSPO
+path (rollout -> verdicts -> mask -> flip -> loss) reads in this file, rollout.py, verdicts.py and
+algos.py (tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -21,59 +23,26 @@ from tqdm.auto import tqdm
 from . import algos
 from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import Config, validate_config
-from .data import DataError, QAExample, load_mixture
+from .data import QAExample
 from .distributed import Distributed, loss_normalisers
 from .engines import build_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, reference_context
-from .metrics import MetricsLogger, append_jsonl, truncate_jsonl
+from .methods import RewardTools
 from .models import load_policy, trainable_parameter_count
+from .prompt_cache import shares_prompt_pass
 from .prompts import prompt_text
-from .rewards import advantages_from_scores, build_judges, score_rollouts
+from .rewards import (ScoredRollouts, build_reward_tools, check_verifier, method_rewards, parse_method, total_rewards,
+                      verdicts_needed)
 from .rollout import Rollout
-from .shared_prompts import uses_gradient_checkpointing
-from .verifiers import build_verifier
+from .training_log import MetricsLogger, append_jsonl, truncate_jsonl
+from .training_set import ExampleSampler, load_training_examples
+from .verdicts import SentenceVerdicts, response_views, sentence_mask, verify_sentences
+from .verifiers import Verifier, build_verifier
 
 
 class TrainingError(RuntimeError):
     """Training cannot go on (for example: too many consecutive non-finite steps)."""
-
-
-@dataclass
-class ExampleSampler:
-    """Endless seeded reshuffles of the training set; (epoch, position) is its whole state."""
-
-    size: int
-    seed: int = 0
-    epoch: int = 0
-    position: int = 0
-    order: list[int] = field(default_factory=list)
-
-    def __post_init__(self):
-        if self.size <= 0:
-            raise ValueError("the training set is empty")
-        self._shuffle()
-
-    def _shuffle(self) -> None:
-        self.order = list(range(self.size))
-        random.Random(self.seed * 100_003 + self.epoch).shuffle(self.order)
-
-    def next(self, count: int) -> list[int]:
-        picked = []
-        while len(picked) < count:
-            if self.position >= self.size:
-                self.epoch, self.position = self.epoch + 1, 0
-                self._shuffle()
-            picked.append(self.order[self.position])
-            self.position += 1
-        return picked
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = state["epoch"], state["position"]
-        self._shuffle()
 
 
 def set_seed(seed: int) -> None:
@@ -81,29 +50,37 @@ def set_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def load_training_examples(config: Config) -> list[QAExample]:
-    """The training questions, restricted to a difficulty filter's kept ids when one is configured."""
-    stats = {"skipped": 0}
-    examples = load_mixture(config.data.train, seed=config.train.seed, skip_bad_rows=config.data.skip_bad_rows,
-                            stats=stats)
-    if stats["skipped"]:
-        print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")
-    if config.data.filter_path:
-        kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
-        examples = [e for e in examples if e.id in kept]
-        if not examples:
-            raise DataError(f"{config.data.filter_path}: none of its kept ids is in {config.data.train}")
-    if not examples:
-        raise DataError(f"{config.data.train}: no training examples (the file has no usable rows)")
-    return examples[: config.data.limit] if config.data.limit else examples
+def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, config: Config, verifier: Verifier | None,
+                   step: int = 0, tools: RewardTools | None = None) -> ScoredRollouts:
+    """Grade every response of a rollout under config.reward.method: the outcome and the method's reward, the
+    verifier's verdicts on the reasoning sentences, the terms resting on them, and the FSPO sentence mask.
+
+    `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
+    `step` drives scheduled rewards; `tools` are the method's RewardTools (built from the config when None).
+    """
+    check_verifier(config, verifier)
+    tools = tools if tools is not None else build_reward_tools(config)
+    views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
+    batch, result = method_rewards(examples, views, rollout.completion_mask, config, verifier, step, tools)
+    verdicts = (verify_sentences(examples, batch.texts, verifier, config.verifier.threshold)
+                if verdicts_needed(config, verifier) else [SentenceVerdicts() for _ in views])
+    flips = parse_method(config.reward.method).flip
+    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if flips else None
+    return total_rewards(batch, result, verdicts, mask, config, tools)
 
 
-def shares_prompt_pass(config: Config, world_size: int, model) -> bool:
-    """Whether the log-prob passes encode each distinct prompt once (train.share_prompt_pass): it needs
-    the KV cache (no gradient checkpointing), a plain module (a DDP/FSDP wrapper expects one forward
-    per backward) and not Unsloth's patched forward with its own offloaded checkpointing."""
-    return (config.train.share_prompt_pass and world_size == 1 and config.model.backend != "unsloth"
-            and not uses_gradient_checkpointing(model))
+def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, config: Config
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens.
+
+    Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
+    group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
+    """
+    group_size, scale = config.rollout.group_size, config.train.scale_by_std
+    if scored.token_rewards is not None:
+        advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale)
+        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
+    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale, scored.sentence_mask)
 
 
 class Trainer:
@@ -127,7 +104,7 @@ class Trainer:
         self.model, self.tokenizer = model, tokenizer
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
-        self.judges = build_judges(config)
+        self.reward_tools = build_reward_tools(config)
         self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
         optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
@@ -205,7 +182,7 @@ class Trainer:
 
     def save(self) -> Path | None:
         """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
-        The step's metrics row is already on disk (see fspo_lite.metrics), so no step is lost or logged twice."""
+        The step's metrics row is already on disk (see fspo_lite.training_log), so no step is lost or logged twice."""
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
@@ -254,7 +231,7 @@ class Trainer:
         generated = time.perf_counter()
         per_response = [e for e in examples for _ in range(config.rollout.group_size)]
         scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier,
-                                step=self.step_index, judges=self.judges)
+                                step=self.step_index, tools=self.reward_tools)
         advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
         scored_at = time.perf_counter()
         update = self.update(rollout, advantages)

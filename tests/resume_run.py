@@ -10,10 +10,10 @@ import sys
 
 import torch
 
-from fspo_lite import rewards, trainer
+from fspo_lite import trainer
 from fspo_lite.__main__ import main
 
-real_score_rollouts = rewards.score_rollouts
+real_score_rollouts = trainer.score_rollouts
 
 
 def token_rewards(examples, rollout, tokenizer, config, verifier, **kwargs):

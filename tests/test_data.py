@@ -169,7 +169,7 @@ def test_parquet_arrays_and_missing_cells(tmp_path):
 
 def test_config_can_skip_bad_rows(tmp_path, capsys):
     from fspo_lite.config import load_config
-    from fspo_lite.trainer import load_training_examples
+    from fspo_lite.training_set import load_training_examples
 
     path = tmp_path / "d.jsonl"
     path.write_bytes(b'{"question": "ok?", "answer": "a"}\n{broken\n{"question": "q2?", "answer": "b"}\n')

@@ -56,7 +56,7 @@ def test_decode_gives_generates_tokens_and_random_stream(tiny, do_sample, top_p,
 
 
 def test_decode_on_a_prefilled_cache_gives_generates_tokens(tiny):
-    from fspo_lite.shared_prompts import distinct_prompts, shared_prompt_pass
+    from fspo_lite.prompt_cache import distinct_prompts, shared_prompt_pass
 
     model, tokenizer = tiny
     rows = [p for p in PROMPTS for _ in range(3)]

@@ -8,7 +8,7 @@ import torch
 from fspo_lite.config import Config
 from fspo_lite.data import QAExample
 from fspo_lite.methods.detail import DetailCounts, detail_bonus, detail_counts
-from fspo_lite.rewards import advantages_from_scores, score_rollouts
+from fspo_lite.trainer import advantages_from_scores, score_rollouts
 from fspo_lite.rollout import Rollout, completion_mask_from_ids
 from fspo_lite.text import near_duplicate_flags as duplicate_flags
 from fspo_lite.text import sentence_words, word_jaccard
@@ -138,7 +138,7 @@ class _FakeJudge:
 
 
 def test_score_rollouts_adds_the_relevance_term(smol_tokenizer):
-    from fspo_lite.rewards import Judges
+    from fspo_lite.methods import RewardTools
 
     rollout = _rollout(smol_tokenizer, TEXTS)
     config = Config()
@@ -147,7 +147,7 @@ def test_score_rollouts_adds_the_relevance_term(smol_tokenizer):
     judge = _FakeJudge({"Gold has the symbol Au. Gold is": 0.9, "Gold has the symbol Au.<": 0.5,
                         "Gold has atomic": 0.2, "no tags": 1.0})  # responses start with <think>
     scored = score_rollouts([EXAMPLE] * 5, rollout, smol_tokenizer, config, LexicalVerifier(),
-                            judges=Judges(relevance=judge))
+                            tools=RewardTools(relevance=judge))
     # row 2 (a repeat) gets no reply the judge can read: no term; row 4 is malformed: the format penalty only
     assert scored.rewards.tolist() == pytest.approx([1 + 0.45, 1 + 0.25, 1.0, 0.0 + 0.1, -2.0])
     assert [d["relevance"] for d in scored.details] == [0.9, 0.5, None, 0.2, 1.0]
@@ -155,15 +155,15 @@ def test_score_rollouts_adds_the_relevance_term(smol_tokenizer):
     assert scored.metrics["relevance_unread_share"] == pytest.approx(1 / 5)
     assert "What is the chemical symbol of gold?" in judge.seen[0][1]["content"]
     with pytest.raises(ValueError, match="relevance_judge=llm"):
-        score_rollouts([EXAMPLE] * 5, rollout, smol_tokenizer, config, LexicalVerifier(), judges=Judges())
+        score_rollouts([EXAMPLE] * 5, rollout, smol_tokenizer, config, LexicalVerifier(), tools=RewardTools())
 
 
 def test_relevance_settings_are_checked():
     from fspo_lite.config import ConfigError, load_config
-    from fspo_lite.rewards import build_judges
+    from fspo_lite.rewards import build_reward_tools
 
     with pytest.raises(ConfigError, match="detail.relevance_weight"):
         load_config(None, {"detail.relevance_weight": 0.5})
     with pytest.raises(ConfigError, match="detail.relevance_judge"):
         load_config(None, {"detail.relevance_judge": "gpt"})
-    assert build_judges(load_config(None, {"detail.relevance_judge": "llm"})).relevance is None  # weight 0: off
+    assert build_reward_tools(load_config(None, {"detail.relevance_judge": "llm"})).relevance is None  # weight 0: off

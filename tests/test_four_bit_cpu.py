@@ -19,8 +19,8 @@ import bitsandbytes as bnb  # noqa: E402
 from fspo_lite import trainer as trainer_module  # noqa: E402
 from fspo_lite.config import load_config  # noqa: E402
 from fspo_lite.data import QAExample  # noqa: E402
-from fspo_lite.metrics import read_metrics  # noqa: E402
 from fspo_lite.prompts import prompt_text  # noqa: E402
+from fspo_lite.training_log import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -148,7 +148,7 @@ def test_fsdp_kill_in_a_step_then_resume_matches_uninterrupted_run(tmp_path):
     from safetensors.torch import load_file
 
     from fspo_lite.data import QAExample, save_examples
-    from fspo_lite.metrics import read_metrics
+    from fspo_lite.training_log import read_metrics
 
     data = tmp_path / "questions.jsonl"
     save_examples([QAExample(f"q{i}", f"What is fact number {i}?", [f"answer {i}"], f"Fact {i} is answer {i}.")

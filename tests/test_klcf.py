@@ -13,8 +13,9 @@ from fspo_lite.methods.klcf import (
     CHECKLIST_KIND, SequenceClassifierRewardModel, build_checklist, checklist_recall, claim_overlap, claim_precision,
     dedupe_claims, klcf_reward, klcf_scores, load_checklists,
 )
-from fspo_lite.rewards import Judges, score_rollouts
+from fspo_lite.methods import RewardTools
 from fspo_lite.rollout import rollout_from_texts
+from fspo_lite.trainer import score_rollouts
 from fspo_lite.verifiers import LexicalVerifier, Verifier
 
 EVIDENCE = "Gold is a chemical element with the symbol Au and atomic number 79. It is a soft metal."
@@ -108,7 +109,7 @@ def test_score_rollouts_klcf(smol_tokenizer, tmp_path):
     assert scored.rewards.tolist() == pytest.approx([1.5, -2.0])  # response 2 has no tags: format penalty
     assert scored.metrics["klcf_recall"] == pytest.approx((0.5 + 0.5) / 2)  # "Gold is Au." states the symbol fact too
     assert scored.metrics["klcf_empty_checklist_share"] == 0.0
-    empty = score_rollouts([example] * 2, rollout, smol_tokenizer, config, LexicalVerifier(), judges=Judges(
+    empty = score_rollouts([example] * 2, rollout, smol_tokenizer, config, LexicalVerifier(), tools=RewardTools(
         RuleBasedClaimExtractor(), checklists={}))
     assert empty.metrics["klcf_empty_checklist_share"] == 1.0 and empty.details[0]["recall"] == 0.0
 

@@ -6,9 +6,10 @@ import torch
 
 from fspo_lite.config import Config
 from fspo_lite.data import QAExample
-from fspo_lite.methods import METHODS, REWARD_METHODS, MethodResult, RewardMethod
-from fspo_lite.rewards import parse_method, score_rollouts
+from fspo_lite.methods import METHODS, REWARD_METHODS, MethodResult, RewardMethod, no_tools
+from fspo_lite.rewards import parse_method
 from fspo_lite.rollout import rollout_from_texts
+from fspo_lite.trainer import score_rollouts
 from fspo_lite.verifiers import LexicalVerifier
 
 GOLD = QAExample("q", "What is the capital of France?", ["Paris"], "Paris is the capital of France.")
@@ -29,10 +30,10 @@ def test_a_method_is_given_only_its_config_section(source, section, smol_tokeniz
     seen = {}
     real = METHODS[source]
 
-    def spy(batch, given, verifier, judges):
+    def spy(batch, given, verifier, tools):
         seen["section"] = given
         seen["batch"] = (batch.format_penalty, batch.group_size, batch.step, batch.total_steps)
-        return real.score(batch, given, verifier, judges)
+        return real.score(batch, given, verifier, tools)
 
     monkeypatch.setitem(METHODS, source, RewardMethod(spy, real.section, real.needs_verifier, real.flips))
     config = Config()
@@ -46,7 +47,7 @@ def test_a_new_table_entry_trains_with_and_without_the_flip(smol_tokenizer, monk
     """A constant reward registered under a new name: parse_method accepts it and its '+fspo' form, and
     score_rollouts returns its rewards, details and metrics (plus the FSPO mask when flipped)."""
 
-    def constant(batch, section, verifier, judges):
+    def constant(batch, section, verifier, tools):
         n = len(batch.views)
         return MethodResult(torch.full((n,), 0.25), details=[{"k": i} for i in range(n)], metrics={"const": 1.0})
 
@@ -64,3 +65,33 @@ def test_a_new_table_entry_trains_with_and_without_the_flip(smol_tokenizer, monk
     monkeypatch.setitem(METHODS, "const", RewardMethod(constant, flips=False))
     with pytest.raises(ValueError, match="unknown reward.method"):
         parse_method("const+fspo")
+
+
+def test_a_table_entry_builds_its_own_tools(smol_tokenizer, monkeypatch):
+    """What a method uses besides the verifier comes from its entry's `tools` builder (given the whole config and
+    the caller's checklists): rewards.build_reward_tools names no method, so a new entry needs no edit there."""
+    from fspo_lite.methods import RewardTools
+    from fspo_lite.rewards import build_reward_tools
+
+    built = []
+
+    def tools(config, checklists=None):
+        built.append((config.reward.method, checklists))
+        return RewardTools(checklists=checklists if checklists is not None else {"q": ["from the config"]})
+
+    def reads_its_tools(batch, section, verifier, tools):
+        n = len(batch.views)
+        return MethodResult(torch.full((n,), float(len(tools.checklists["q"]))), details=[{} for _ in range(n)])
+
+    monkeypatch.setitem(METHODS, "const", RewardMethod(reads_its_tools, tools=tools))
+    config = Config()
+    config.reward.method, config.rollout.group_size = "const+fspo", 2
+    own = build_reward_tools(config)
+    assert own.checklists == {"q": ["from the config"]} and own.relevance is None  # detail.relevance_weight 0
+    assert build_reward_tools(config, checklists={"q": ["a", "b"]}).checklists == {"q": ["a", "b"]}
+    assert built == [("const+fspo", None), ("const+fspo", {"q": ["a", "b"]})]
+    scored = score_rollouts([GOLD] * 2, rollout_from_texts(smol_tokenizer, TEXTS), smol_tokenizer, config,
+                            LexicalVerifier())  # no tools given: built from the config through the entry
+    assert scored.rewards.tolist() == [1.0, 1.0] and len(built) == 3
+    for name in ("grpo", "caution", "rlfh", "klcf"):  # the seed methods: grpo and caution need nothing
+        assert (METHODS[name].tools is no_tools) == (name in ("grpo", "caution")), name

@@ -11,14 +11,13 @@ import json
 import pytest
 import torch
 
-from fspo_lite import rewards as rewards_module
 from fspo_lite import trainer as trainer_module
 from fspo_lite.config import load_config
 from fspo_lite.data import QAExample
 from fspo_lite.methods.klcf import CHECKLIST_KIND
-from fspo_lite.metrics import read_metrics
 from fspo_lite.rewards import MethodSpec, parse_method
 from fspo_lite.trainer import Trainer
+from fspo_lite.training_log import read_metrics
 
 EXAMPLES = [
     QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
@@ -28,7 +27,7 @@ EXAMPLES = [
 
 @pytest.fixture
 def varied_rewards(monkeypatch):
-    real = rewards_module.score_rollouts
+    real = trainer_module.score_rollouts
     generator = torch.Generator().manual_seed(0)
 
     def scored_with_variance(examples, rollout, tokenizer, config, verifier, **kwargs):

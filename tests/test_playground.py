@@ -105,7 +105,7 @@ def test_detail_slider_gives_the_training_reward(smol_tokenizer):
     import math
 
     from fspo_lite.config import load_config
-    from fspo_lite.rewards import advantages_from_scores, score_rollouts
+    from fspo_lite.trainer import advantages_from_scores, score_rollouts
     from fspo_lite.rollout import rollout_from_texts
     from fspo_lite.verifiers import build_verifier
 

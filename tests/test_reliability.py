@@ -27,7 +27,8 @@ from fspo_lite.checkpoint import CheckpointError, verify_checkpoint
 from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data import DataError, QAExample, load_examples
 from fspo_lite.distributed import loss_normalisers
-from fspo_lite.trainer import Trainer, load_training_examples
+from fspo_lite.trainer import Trainer
+from fspo_lite.training_set import load_training_examples
 
 from fspo_lite.grading import (
     TOO_LARGE, Quantity, is_malformed, math_answers_equal, quantities_equal, read_quantity,

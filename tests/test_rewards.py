@@ -6,7 +6,7 @@ import torch
 from fspo_lite.config import Config
 from fspo_lite.data import QAExample
 from fspo_lite.grading import outcome_reward
-from fspo_lite.rewards import score_rollouts
+from fspo_lite.trainer import score_rollouts
 from fspo_lite.rollout import Rollout, completion_mask_from_ids
 from fspo_lite.verdicts import response_views, sentence_mask, verify_sentences
 from fspo_lite.verifiers import LexicalVerifier

@@ -15,7 +15,7 @@ from fspo_lite.methods.rlfh import (
     place_rewards, rlfh_feedback, sentence_info_reward, truth_label, truth_map, truth_reward,
 )
 from fspo_lite.methods.statements import Statement, response_sentences
-from fspo_lite.rewards import advantages_from_scores, score_rollouts
+from fspo_lite.trainer import advantages_from_scores, score_rollouts
 from fspo_lite.rollout import rollout_from_texts
 from fspo_lite.verdicts import response_views
 from fspo_lite.verifiers import Verifier

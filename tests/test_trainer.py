@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-from fspo_lite import rewards as rewards_module
 from fspo_lite import trainer as trainer_module
 from fspo_lite.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
 from fspo_lite.config import load_config
 from fspo_lite.data import QAExample
-from fspo_lite.metrics import read_metrics
-from fspo_lite.trainer import ExampleSampler, Trainer, TrainingError
+from fspo_lite.trainer import Trainer, TrainingError
+from fspo_lite.training_log import read_metrics
+from fspo_lite.training_set import ExampleSampler
 
 EXAMPLES = [
     QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
@@ -29,7 +29,7 @@ EXAMPLES = [
 
 @pytest.fixture
 def varied_rewards(monkeypatch):
-    real = rewards_module.score_rollouts
+    real = trainer_module.score_rollouts
     generator = torch.Generator().manual_seed(0)
 
     def scored_with_variance(examples, rollout, tokenizer, config, verifier, **kwargs):
@@ -117,7 +117,7 @@ def test_truncated_checkpoint_is_detected(tmp_path, tiny_policy, varied_rewards)
 
 
 def test_non_finite_steps_are_skipped_then_stop(tmp_path, tiny_policy, monkeypatch):
-    real = rewards_module.score_rollouts
+    real = trainer_module.score_rollouts
 
     def nan_rewards(examples, rollout, tokenizer, config, verifier, **kwargs):
         scored = real(examples, rollout, tokenizer, config, verifier, **kwargs)

@@ -4,7 +4,7 @@
 - `runs`: notebook 03's runs: train and evaluate each method x seed, resumably (the study);
 - `report`: the results of the lite job and the study (notebook 04);
 - `playground`: the reward playground's logic (notebook 05);
-- `probing`: one cached sample-and-grade loop over the base model, used by
+- `base_samples`: the base model sampled k times per question and graded, cached per question; used by
   `filtering` (`python -m fspo_lite filter`), `prompt_sweep` (`sweep-prompts`) and `checklist` (`klcf-checklist`);
 - `audit`: the blind audit of held-out sentences (`python -m fspo_lite audit`).
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..claims import build_claim_extractor
 from ..methods.klcf import CHECKLIST_KIND, build_checklist
-from .probing import QuestionCache, base_engine, for_each_uncached, probe_settings, training_questions
+from .base_samples import QuestionCache, base_engine, for_each_uncached, probe_settings, training_questions
 from ..verifiers import build_verifier
 
 

@@ -19,9 +19,10 @@ from ..claims import build_claim_extractor
 from ..config import Config, apply_overrides
 from ..data import DATA_DIR, QAExample
 from ..methods.klcf import build_checklist
-from .probing import base_engine, sample_texts
-from ..rewards import advantages_from_scores, build_judges, parse_method, score_rollouts
+from .base_samples import base_engine, sample_texts
+from ..rewards import build_reward_tools, parse_method
 from ..rollout import rollout_from_texts
+from ..trainer import advantages_from_scores, score_rollouts
 from ..verifiers import build_verifier
 
 PLAYGROUND_FILE = DATA_DIR / "playground_examples.jsonl"
@@ -137,10 +138,10 @@ def compute_playground(item: PlaygroundItem, tokenizer, method: str = "fspo", se
         checklists = {item.example.id: build_checklist(responses, item.example.evidence, extractor, verifier,
                                                        config.klcf.checklist_threshold, config.klcf.dedup_overlap,
                                                        item.example.question)}
-    judges = build_judges(config, checklists=checklists)
+    tools = build_reward_tools(config, checklists=checklists)
     rollout = rollout_from_texts(tokenizer, item.completions)
     scored = score_rollouts([item.example] * len(item.completions), rollout, tokenizer, config, verifier,
-                            step=step, judges=judges)
+                            step=step, tools=tools)
     advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config)
     lengths = rollout.completion_mask.sum(dim=1).tolist()
     tokens = [[tokenizer.decode([t]) for t in ids[: int(n)]] for ids, n in zip(rollout.completion_ids.tolist(), lengths)]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..data import portable_spec
-from .probing import QuestionCache, base_engine, probe, probe_settings, training_questions
+from .base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
 
 FORMAT = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
 BUILTIN_PROMPTS = {  # from cautious to bold

@@ -101,7 +101,7 @@ def run_key(config: Config, examples: list | None = None, sections: tuple[str, .
     training questions (a filter file rewritten with other kept ids changes it). A setting added later at its
     default keeps the keys of finished runs. Code changes, defaults included, are not in it: after one, delete
     the runs to redo them."""
-    from .probing import settings_key
+    from .base_samples import settings_key
 
     settings = config.to_dict()
     for section, key in (("train", "output_dir"), ("train", "resume"), ("train", "save_every"),

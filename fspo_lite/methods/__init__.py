@@ -9,8 +9,9 @@
 Each module holds pure functions of plain values. `METHODS` below is the one table of reward sources: name ->
 `RewardMethod`, whose `score` turns a batch of graded responses into one `MethodResult`, given only its own
 config section (`caution`, `rlfh`, `klcf`) and the batch facts every method shares (`RewardBatch`).
-`fspo_lite.rewards.score_rollouts` dispatches through it; `fspo_lite.algos` turns the rewards into advantages.
-Adding a method: its module, its config section, one entry here (and its judges in `rewards.build_judges`).
+Each entry also builds what its method uses besides the verifier (`RewardTools`: claim extractor, informativeness
+scorer, checklists, reward model), once per run. `fspo_lite.rewards` dispatches through the table; `fspo_lite.algos`
+turns the rewards into advantages. Adding a method: its module, its config section and one entry here.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from typing import Any, Callable
 
 import torch
 
+from ..claims import ClaimExtractor, build_claim_extractor
+from ..llm import ChatModel
 from ..text import parse_response
 from . import rlfh
 from .caution import PROCESS, answer_category, caution_group_rewards, caution_phase, contains_answer
-from .klcf import klcf_reward, klcf_scores
+from .klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
+from .rlfh import InformativenessScorer, RuleBasedInformativeness
 
 
 @dataclass
@@ -65,25 +69,50 @@ class MethodResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass
+class RewardTools:
+    """What a reward method uses besides the verifier, built once per run (`rewards.build_reward_tools`): its
+    METHODS entry's `tools` builder fills the fields the method reads; the others stay None."""
+
+    extractor: ClaimExtractor | None = None
+    """The atomic-claim extractor (reward.claim_extractor): RLFH's statements, KLCF's claims."""
+    informativeness: InformativenessScorer | None = None
+    """RLFH's informativeness scorer."""
+    checklists: dict[str, list[str]] | None = None
+    """KLCF's checklist facts by question id."""
+    reward_model: RewardModel | None = None
+    """KLCF's reward model (klcf.reward_model), when one is set."""
+    relevance: ChatModel | None = None
+    """The detail term's relevance judge (detail.relevance_judge), when its weight is not 0; any method."""
+
+
+def no_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:
+    """The builder of a method that uses nothing besides the verifier (grpo, caution)."""
+    return RewardTools()
+
+
 @dataclass(frozen=True)
 class RewardMethod:
-    """A reward source: `score(batch, section, verifier, judges) -> MethodResult`, where `section` is
-    config.<section> (None when the method has none) and `judges` the run's `rewards.Judges`."""
+    """A reward source: `score(batch, section, verifier, tools) -> MethodResult`, where `section` is
+    config.<section> (None when the method has none) and `tools` the run's `RewardTools`."""
 
     score: Callable[..., MethodResult]
     section: str | None = None
     needs_verifier: bool = False
     flips: bool = True
     """Whether '<name>+fspo' (the FSPO flip on top) is allowed."""
+    tools: Callable[..., RewardTools] = no_tools
+    """`tools(config, checklists=None) -> RewardTools`: what `score` reads besides the verifier, built from the whole
+    config; `checklists` are KLCF checklists the caller already holds (the playground's), else read from the config."""
 
 
-def outcome_method(batch: RewardBatch, section: Any, verifier, judges) -> MethodResult:
+def outcome_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
     """GRPO / FSPO: the outcome reward (grading.outcome_reward) as it is."""
     return MethodResult(torch.tensor([o.reward for o in batch.outcomes], dtype=torch.float32),
                         details=[{} for _ in batch.views])
 
 
-def caution_method(batch: RewardBatch, caution, verifier, judges) -> MethodResult:
+def caution_method(batch: RewardBatch, caution, verifier, tools) -> MethodResult:
     """Group-aware caution rewards (methods.caution) and their metrics. `caution` is config.caution."""
     categories = [
         answer_category(o.format_ok, o.correct, o.unknown, o.f1,
@@ -107,15 +136,15 @@ def think_text(text: str) -> str:
     return text[span[0] : span[1]] if span else ""
 
 
-def rlfh_method(batch: RewardBatch, config, verifier, judges) -> MethodResult:
+def rlfh_method(batch: RewardBatch, config, verifier, tools) -> MethodResult:
     """RLFH token rewards (methods.rlfh) plus the outcome/format term on the final token, clipped per token.
     `config` is config.rlfh."""
     completion_mask, examples, views = batch.completion_mask, batch.examples, batch.views
     lengths = [int(n) for n in completion_mask.sum(dim=1).tolist()]
     feedback = rlfh.rlfh_feedback(
         [v.text for v in views], [v.offsets for v in views], lengths, [e.question for e in examples],
-        [e.answers for e in examples], [e.evidence for e in examples], judges.extractor, verifier,
-        judges.informativeness, config,
+        [e.answers for e in examples], [e.evidence for e in examples], tools.extractor, verifier,
+        tools.informativeness, config,
     )
     token_rewards = torch.zeros(completion_mask.shape, dtype=torch.float32)
     for row, (item, outcome, length) in enumerate(zip(feedback, batch.outcomes, lengths)):
@@ -146,14 +175,14 @@ def share(labels: list[str], wanted: tuple[str, ...]) -> float:
     return sum(label in wanted for label in labels) / len(labels) if labels else float("nan")
 
 
-def klcf_method(batch: RewardBatch, klcf, verifier, judges) -> MethodResult:
+def klcf_method(batch: RewardBatch, klcf, verifier, tools) -> MethodResult:
     """KLCF recall/precision (+ reward model) rewards (methods.klcf); malformed responses get the format penalty.
     `klcf` is config.klcf."""
     examples, texts = batch.examples, batch.texts
-    checklists = [judges.checklists.get(e.id, []) for e in examples]
+    checklists = [tools.checklists.get(e.id, []) for e in examples]
     scores = klcf_scores(texts, checklists, [e.evidence for e in examples], [e.question for e in examples],
-                         judges.extractor, verifier, klcf.match_threshold)
-    rm_scores = (judges.reward_model.score([e.question for e in examples], texts) if judges.reward_model
+                         tools.extractor, verifier, klcf.match_threshold)
+    rm_scores = (tools.reward_model.score([e.question for e in examples], texts) if tools.reward_model
                  else [0.0] * len(texts))
     rewards = [
         klcf_reward(recall, precision, klcf, rm, outcome.reward) if outcome.format_ok else batch.format_penalty
@@ -165,18 +194,32 @@ def klcf_method(batch: RewardBatch, klcf, verifier, judges) -> MethodResult:
         "klcf_claims_per_response": sum(s[2] for s in scores) / len(scores),
         "klcf_empty_checklist_share": sum(not c for c in checklists) / len(checklists),
     }
-    if judges.reward_model:
+    if tools.reward_model:
         metrics["klcf_reward_model"] = sum(rm_scores) / len(rm_scores)
     details = [{"recall": r, "precision": p, "claims": n, "checklist": c}
                for (r, p, n), c in zip(scores, checklists)]
     return MethodResult(torch.tensor(rewards, dtype=torch.float32), None, details, metrics)
 
 
+def rlfh_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:
+    """RLFH's claim extractor (reward.claim_extractor) and its rule-based informativeness scorer."""
+    return RewardTools(build_claim_extractor(config.reward.claim_extractor, config.verifier),
+                       RuleBasedInformativeness(config.rlfh.crucial_overlap))
+
+
+def klcf_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:
+    """KLCF's claim extractor, checklists (`checklists` when given, else the file klcf.checklist_path) and
+    reward model (klcf.reward_model; None when unset)."""
+    return RewardTools(build_claim_extractor(config.reward.claim_extractor, config.verifier),
+                       checklists=checklists if checklists is not None else load_checklists(config.klcf.checklist_path),
+                       reward_model=build_reward_model(config.klcf.reward_model))
+
+
 METHODS: dict[str, RewardMethod] = {
     "grpo": RewardMethod(outcome_method),
     "caution": RewardMethod(caution_method, section="caution"),
-    "rlfh": RewardMethod(rlfh_method, section="rlfh", needs_verifier=True, flips=False),
-    "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True),
+    "rlfh": RewardMethod(rlfh_method, section="rlfh", needs_verifier=True, flips=False, tools=rlfh_tools),
+    "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True, tools=klcf_tools),
 }
 """The reward sources by name (reward.method is one of them, or '<name>+fspo'; 'fspo' is 'grpo+fspo')."""
 

@@ -64,7 +64,7 @@ class LikelihoodVerifier(Verifier):
         self.midpoint = self.midpoint if midpoint is None else midpoint
         self.slope = self.slope if slope is None else slope
         self.share_evidence = share_evidence
-        """Sentences of a batch with the same evidence share one pass over it (`fspo_lite.shared_prompts`: the
+        """Sentences of a batch with the same evidence share one pass over it (`fspo_lite.prompt_cache`: the
         same gains up to float rounding); the responses to one question bring several sentences with one evidence."""
 
     @classmethod

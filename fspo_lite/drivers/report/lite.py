@@ -15,7 +15,7 @@ from typing import Sequence
 import pandas as pd
 
 from ...evaluation.metrics import DECOMPOSITION
-from ...metrics import read_metrics
+from ...training_log import read_metrics
 
 QA_METRICS = {"accuracy": "correct", "answer_f1": "f1", "not_attempted": "not_attempted", "format_rate": "format_rate",
               "step_hallucination": "step_hallucination_rate", "judge_coverage": "judge_coverage",

@@ -9,7 +9,8 @@ same as with the full pass.
 
 Used by the transformers rollout engine (prefill before decoding) and by the log-probability
 passes of the update. It needs a model that returns a KV cache: gradient checkpointing drops the
-cache in training mode, so `uses_gradient_checkpointing` lets callers fall back to the full pass.
+cache in training mode, so `uses_gradient_checkpointing` lets callers fall back to the full pass
+(`shares_prompt_pass`: the trainer's whole decision, train.share_prompt_pass).
 """
 
 from __future__ import annotations
@@ -116,3 +117,11 @@ def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Te
 def uses_gradient_checkpointing(model) -> bool:
     """True when any layer recomputes activations (such layers ignore the KV cache while training)."""
     return any(getattr(module, "gradient_checkpointing", False) is True for module in model.modules())
+
+
+def shares_prompt_pass(config, world_size: int, model) -> bool:
+    """Whether the trainer's log-prob passes encode each distinct prompt once (train.share_prompt_pass): it
+    needs the KV cache (no gradient checkpointing), a plain module (a DDP/FSDP wrapper expects one forward
+    per backward) and not Unsloth's patched forward with its own offloaded checkpointing."""
+    return (config.train.share_prompt_pass and world_size == 1 and config.model.backend != "unsloth"
+            and not uses_gradient_checkpointing(model))

@@ -1,4 +1,7 @@
-"""Per-step metrics to JSON lines (and TensorBoard when it is installed and asked for).
+"""A training run's logs: per-step metrics to JSON lines (metrics.jsonl, and TensorBoard when it is
+installed and asked for), the trainer's per-step samples (samples.jsonl), and reading them back.
+
+(Benchmark metrics, the numbers evaluation reports, are fspo_lite.evaluation.metrics.)
 
 Rows are appended and fsynced one at a time, before any checkpoint of that step is written,
 so a crash can leave at most rows *after* the newest checkpoint (which a resumed run drops

@@ -1,4 +1,4 @@
-"""One pass per distinct prompt (fspo_lite.shared_prompts): grouping, and equality with the full pass
+"""One pass per distinct prompt (fspo_lite.prompt_cache): grouping, and equality with the full pass
 in log-probs, entropies, gradients, greedy rollouts and a whole training step."""
 
 import pytest
@@ -7,9 +7,9 @@ import torch
 from fspo_lite.config import load_config
 from fspo_lite.logprobs import completion_logprobs
 from fspo_lite.models import load_policy
+from fspo_lite.prompt_cache import distinct_prompts, prompt_positions, shares_prompt_pass, uses_gradient_checkpointing
 from fspo_lite.rollout import TransformersRollout
-from fspo_lite.shared_prompts import distinct_prompts, prompt_positions, uses_gradient_checkpointing
-from fspo_lite.trainer import Trainer, shares_prompt_pass
+from fspo_lite.trainer import Trainer
 
 
 def test_distinct_prompts_groups_rows_in_order_of_first_appearance():
@@ -161,7 +161,7 @@ def test_shared_prompt_pass_rule(tiny_lora):
 
 
 # ---- the common prompt start, encoded once (rollout.share_prompt_prefix) ------------------------------------
-from fspo_lite.shared_prompts import common_prefix_length, shared_prefix_prefill  # noqa: E402
+from fspo_lite.prompt_cache import common_prefix_length, shared_prefix_prefill  # noqa: E402
 
 DEMO = ("You are a careful assistant. Think inside <think> </think>, then answer inside <answer> </answer>.\n"
         "Q: What is the capital of France?\nA: <think>France's capital is Paris.</think><answer>Paris</answer>\n")

@@ -1,5 +1,6 @@
-"""The difficulty filter, the system-prompt sweep and the KLCF checklist builder, driven by a fake
-sampler (no model): selection rules by hand, the cache file format, resuming, and the commands."""
+"""The difficulty filter, the system-prompt sweep and the KLCF checklist builder, on the cached base-model
+sample-and-grade loop (fspo_lite.drivers.base_samples), driven by a fake sampler (no model):
+selection rules by hand, the cache file format, resuming, and the commands."""
 
 import json
 from types import SimpleNamespace
@@ -11,8 +12,8 @@ from fspo_lite.drivers import filtering, prompt_sweep
 from fspo_lite.__main__ import main
 from fspo_lite.config import load_config
 from fspo_lite.methods.klcf import load_checklists
-from fspo_lite.drivers.probing import QuestionStats
-from fspo_lite.trainer import load_training_examples
+from fspo_lite.drivers.base_samples import QuestionStats
+from fspo_lite.training_set import load_training_examples
 
 QUESTIONS = {  # question -> the completions the fake model cycles through (after the "<think>" prefix)
     "Capital of France?": ["Paris is in France.</think><answer>Paris</answer>", "</think><answer>Lyon</answer>"],

@@ -13,6 +13,7 @@ from fspo_lite.align import char_to_token_index, spans_to_token_values, token_ch
 from fspo_lite.claims import RuleBasedClaimExtractor, locate_claim
 from fspo_lite.data import QAExample
 from fspo_lite.grading import math_answers_equal, normalize_math_answer, outcome_reward, parse_plain_number
+from fspo_lite.grading.equivalence import is_malformed
 from fspo_lite.grading.latex_math import ParseError, parse_math
 from fspo_lite.text import (
     extract_answer, hotpot_em_f1, is_unknown, normalize_answer, numbers_equal, parse_number, parse_response,
@@ -85,7 +86,8 @@ def check_grading(text: str) -> None:
     assert tree is None or isinstance(tree, list)
     assert math_answers_equal(text, "\\frac{3}{4}") in (True, False)
     if normalize_math_answer(text) and len(text) <= 1000:
-        assert math_answers_equal(text, text) is True
+        # every answer equals itself, but a division by zero ('/0', '1/0'), which by design equals nothing
+        assert math_answers_equal(text, text) is (not is_malformed(text))
 
 
 def check_rewards(text: str) -> None:

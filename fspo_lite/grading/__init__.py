@@ -2,7 +2,8 @@
 
 - `equivalence`: safe equivalence of math answers (`math_answers_equal`): exact quantities,
   normalised strings, then a symbolic check; nothing in model output is ever evaluated;
-- `latex_math`: the fixed grammar that parses math answers into plain syntax trees;
+- `latex_tokens` and `latex_math`: the lexer and the fixed grammar that parse math answers into plain syntax
+  trees;
 - `symbolic`: the sandboxed worker processes that compare those trees with sympy, and
   `symbolic_worker`, the standalone script they run (started by file path, imports no fspo_lite);
 - `outcome`: the outcome reward of a response (answer F1 or EM for QA, equivalence for math,

@@ -49,7 +49,8 @@ def main() -> int:
     cpu, wall = time.process_time(), time.perf_counter()
     scores = PrefixScorer(model, tokenizer, QA_PRIMER + "\n\nQ:", batch_size=args.batch_size).score(pairs)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    print(f"{len(items)} items ({source}), {len(pairs)} pairs, batch {args.batch_size}, torch threads "
+    print(f"{len(items)} items ({Path(source).name if not source.startswith(('bundled:', 'hf:')) else source}), "
+          f"{len(pairs)} pairs, batch {args.batch_size}, torch threads "
           f"{torch.get_num_threads()}: {wall:.1f} s wall, {cpu:.1f} s CPU")
     if args.check:
         direct = score_choices_direct(model, tokenizer, pairs[: args.check])

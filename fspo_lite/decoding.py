@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .prompt_cache import prompt_positions
+
 LOGITS_SETTINGS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
                    "encoder_no_repeat_ngram_size", "min_length", "min_new_tokens", "bad_words_ids", "suppress_tokens",
                    "begin_suppress_tokens", "forced_bos_token_id", "forced_eos_token_id", "min_p", "typical_p",
@@ -35,12 +37,6 @@ def plain_sampling(generation_config) -> bool:
         return True
     default = GenerationConfig()
     return all(getattr(generation_config, name, None) == getattr(default, name, None) for name in LOGITS_SETTINGS)
-
-
-def hf_positions(mask: torch.Tensor) -> torch.Tensor:
-    """Position ids of left-padded rows as `generate` computes them: count of real tokens so far minus 1
-    (padding gets 1; it is masked out)."""
-    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
 
 
 def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -73,9 +69,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new
     eos = torch.tensor(eos_ids, device=device)
     mask = attention_mask
     if past_key_values is None:
-        step_ids, positions = input_ids, hf_positions(mask)
+        step_ids, positions = input_ids, prompt_positions(mask)
     else:
-        step_ids, positions = input_ids[:, -1:], hf_positions(mask)[:, -1:]
+        step_ids, positions = input_ids[:, -1:], prompt_positions(mask)[:, -1:]
     live = torch.arange(rows, device=device)  # the input rows still in the forward pass, in cache order
     ended = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens = []

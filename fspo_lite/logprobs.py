@@ -7,7 +7,8 @@ import contextlib
 import torch
 
 from .algos import entropy_from_logits, selective_log_softmax
-from .prompt_cache import distinct_prompts, prompt_positions, shared_prompt_pass
+from .prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts, prompt_positions,
+                           shared_prefix_prefill, shared_prompt_pass)
 
 
 def completion_logprobs(
@@ -29,15 +30,31 @@ def completion_logprobs(
     mask, so left padding does not shift positions.
 
     share_prompts: rows with the same prompt (the G responses of a group) share one pass over it
-    (`fspo_lite.prompt_cache`); the completions then attend to the copied prompt keys/values.
-    Same values up to float rounding; the model must keep its KV cache (no gradient checkpointing).
+    (`fspo_lite.prompt_cache`); the completions then attend to the copied prompt keys/values. When
+    every prompt starts with the same MIN_SHARED_PREFIX or more tokens (system prompt, demonstrations),
+    that start is encoded once for the whole batch and each distinct prompt's rest on top of it.
+    Same values and gradients up to float rounding; the model must keep its KV cache (no gradient
+    checkpointing).
     entropy_grad: the entropy keeps its graph (for an entropy bonus in the loss); else it is detached.
     """
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = prompt_positions(attention_mask)
     width = completion_ids.shape[1]
     groups = distinct_prompts(prompt_ids, prompt_mask) if share_prompts else None
-    if groups is None:
+    prefix = common_prefix_length(prompt_ids[:, :-1], prompt_mask[:, :-1]) if share_prompts else 0
+    if prefix >= MIN_SHARED_PREFIX:
+        # all prompt tokens but the last in two passes (the common start once, then each distinct rest); then
+        # the last prompt token and the completion in one pass on that cache
+        prompt_width = prompt_ids.shape[1]
+        cache = shared_prefix_prefill(model, prompt_ids[:, :-1], prompt_mask[:, :-1],
+                                      distinct_prompts(prompt_ids[:, :-1], prompt_mask[:, :-1]), prefix)
+        logits = model(
+            input_ids=torch.cat([prompt_ids[:, -1:], completion_ids[:, :-1]], dim=1),
+            attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, prompt_width - 1 : -1],
+            past_key_values=cache, use_cache=True,
+        ).logits
+        pieces = [(logits, completion_ids)]
+    elif groups is None:
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         logits = model(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import torch
 
+MIN_SHARED_PREFIX = 16
+"""Shortest common prompt start worth a pass of its own (the rollout's prefill, the update's log-prob passes)."""
+
 
 def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Group identical prompt rows.
@@ -107,8 +110,12 @@ def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Te
     # [prefix, own tokens, padding] -> [padding, prefix, own tokens]: roll each row right by its padding
     source = (torch.arange(width, device=device)[None, :] - starts[:, None]) % width
     for layer in head.layers:
-        index = source[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-        layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
+        keys, values = layer.keys, layer.values
+        if keys.shape[2] < width:  # no row fills the width (a batch padded to a wider one): zeros for padding
+            fill = keys.new_zeros(keys.shape[0], keys.shape[1], width - keys.shape[2], keys.shape[3])
+            keys, values = torch.cat([keys, fill], dim=2), torch.cat([values, fill], dim=2)
+        index = source[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
+        layer.keys, layer.values = keys.gather(2, index), values.gather(2, index)
     if owner is not None:
         head.batch_select_indices(owner)
     return head

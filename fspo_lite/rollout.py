@@ -18,10 +18,8 @@ from tqdm.auto import tqdm
 
 from .decoding import decode, plain_sampling
 from .models import merged_lora_weights
-from .prompt_cache import common_prefix_length, distinct_prompts, shared_prefix_prefill, shared_prompt_pass
-
-MIN_SHARED_PREFIX = 16
-"""Shortest common prompt start worth a pass of its own (rollout.share_prompt_prefix)."""
+from .prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts, shared_prefix_prefill,
+                           shared_prompt_pass)
 
 
 @dataclass

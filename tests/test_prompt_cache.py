@@ -240,3 +240,37 @@ def test_real_model_answers_the_same_with_a_shared_prompt_start():
         engine = TransformersRollout(model, tokenizer, max_new_tokens=24, share_prompt_prefix=share)
         texts.append(engine.generate(prompts, 2, do_sample=False).texts)
     assert texts[0] == texts[1]
+
+
+@pytest.mark.parametrize("samples", [1, 3])
+def test_logprobs_and_gradients_with_a_shared_prompt_start_match_the_full_pass(tiny_lora, samples):
+    """The update's passes (completion_logprobs, share_prompts=True) encode the common start once, with gradients."""
+    model, tokenizer = tiny_lora
+    rollout = _long_rollout(model, tokenizer, False, samples=samples, do_sample=True)
+    mask = rollout.completion_mask.clone()
+    mask[0, 3:] = 0  # an early end: padding after it must not matter
+    model.train()
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    results, shapes = [], []
+    for share in (False, True):
+        model.zero_grad()
+        hook = model.get_base_model().model.embed_tokens.register_forward_hook(
+            lambda module, inputs, output: shapes.append((share, tuple(inputs[0].shape))))
+        try:
+            logp, entropy = completion_logprobs(model, rollout.prompt_ids, rollout.prompt_mask,
+                                                rollout.completion_ids, mask, temperature=0.7, with_entropy=True,
+                                                share_prompts=share)
+        finally:
+            hook.remove()
+        (logp * mask).sum().backward()
+        results.append((logp.detach(), entropy, [p.grad.clone() for p in parameters]))
+    (full_logp, full_entropy, full_grads), (logp, entropy, grads) = results
+    torch.testing.assert_close(logp * mask, full_logp * mask, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy * mask, full_entropy * mask, atol=1e-4, rtol=1e-5)
+    for full_grad, grad in zip(full_grads, grads):
+        assert (grad - full_grad).norm() <= 1e-4 * full_grad.norm() + 1e-9
+    assert all(g.abs().sum() > 0 for g in grads)
+    shared_shapes = [shape for share, shape in shapes if share]
+    assert shared_shapes[0][0] == 1 and shared_shapes[0][1] >= 16  # the common start, once
+    assert shared_shapes[1][0] == len(LONG_PROMPTS)  # each distinct prompt's rest
+    assert shared_shapes[2][0] == len(LONG_PROMPTS) * samples  # last prompt token + completion, every row

@@ -254,6 +254,67 @@ def test_likelihood_gains_are_the_same_with_a_shared_evidence_pass(tiny_policy):
     assert gains[1] == pytest.approx(gains[0], abs=1e-5)
 
 
+def test_evidence_states_keep_the_most_recently_used_within_their_bytes():
+    import torch
+
+    from fspo_lite.verifiers.likelihood import EvidenceStates
+
+    def entry(floats):  # one layer's keys and values of `floats` float32 each, and a 2-float next-token row
+        return [(torch.zeros(floats), torch.zeros(floats))], torch.zeros(2)
+
+    states = EvidenceStates(max_mb=(2 * 10 + 2) * 4 * 2 / 2**20)  # room for two entries of 10 + 10 + 2 floats
+    assert EvidenceStates.size(entry(10)) == 88
+    states.put("a", entry(10))
+    states.put("b", entry(10))
+    assert states.bytes == 176 and list(states.entries) == ["a", "b"]
+    assert states.get("a") is not None  # "a" is now the most recently used ...
+    states.put("c", entry(10))  # ... so "b" makes room
+    assert list(states.entries) == ["a", "c"] and states.bytes == 176
+    assert states.get("b") is None and (states.hits, states.misses) == (1, 1)
+    states.put("huge", entry(100))  # larger than the whole budget: not kept, nothing dropped for it
+    assert list(states.entries) == ["a", "c"]
+    nothing = EvidenceStates(max_mb=0)
+    nothing.put("a", entry(1))
+    assert nothing.entries == {} and nothing.bytes == 0
+
+
+def test_likelihood_keeps_each_evidence_state_between_calls(tiny_policy):
+    from fspo_lite.verifiers import LikelihoodVerifier
+
+    model, tokenizer = tiny_policy
+    was_training = model.training
+    other = "Gold has the symbol Au."
+    evidence, sentences = [EVIDENCE, other, EVIDENCE], [SENTENCES[0], "Gold is Au.", SENTENCES[2]]
+    verifier = LikelihoodVerifier(model, tokenizer, batch_size=2)
+    first = verifier.gains(evidence, sentences)
+    assert (verifier.evidence_states.hits, verifier.evidence_states.misses) == (0, 2)  # each context encoded once
+    again = verifier.gains([other, EVIDENCE], ["Gold is Au.", SENTENCES[1]])
+    assert (verifier.evidence_states.hits, verifier.evidence_states.misses) == (2, 2)  # and not again
+    reference = LikelihoodVerifier(model, tokenizer, share_evidence=False)
+    assert first == pytest.approx(reference.gains(evidence, sentences), abs=1e-5)
+    assert again == pytest.approx(reference.gains([other, EVIDENCE], ["Gold is Au.", SENTENCES[1]]), abs=1e-5)
+    assert again[0] == pytest.approx(first[1], abs=1e-6)
+    model.train(was_training)
+
+
+def test_a_judge_loaded_by_name_is_loaded_once_per_process(monkeypatch, tiny_policy):
+    import fspo_lite.models
+    from fspo_lite.verifiers import LikelihoodVerifier
+    from fspo_lite.verifiers import likelihood
+
+    model, tokenizer = tiny_policy
+    loads = []
+    monkeypatch.setattr(likelihood, "_SHARED", {})
+    monkeypatch.setattr(fspo_lite.models, "load_model", lambda config: loads.append(config.name) or model)
+    monkeypatch.setattr(fspo_lite.models, "load_tokenizer", lambda name: tokenizer)
+    was_training = model.training
+    first, second = LikelihoodVerifier(name="judge-a", device="cpu"), LikelihoodVerifier(name="judge-a", device="cpu")
+    third = LikelihoodVerifier(name="judge-b", device="cpu")
+    model.train(was_training)
+    assert loads == ["judge-a", "judge-b"]
+    assert second.evidence_states is first.evidence_states and third.evidence_states is not first.evidence_states
+
+
 def test_likelihood_contract_on_the_tiny_model(tiny_policy):
     from fspo_lite.verifiers import LikelihoodVerifier
 

@@ -150,10 +150,10 @@ class LikelihoodVerifier(Verifier):
             return self._gains_full_passes(evidence, sentences)
         groups: dict[str, list[int]] = {}
         for i, text in enumerate(evidence):
-            groups.setdefault(self._context(text), []).append(i)
+            groups.setdefault(text, []).append(i)
         result = [0.0] * len(sentences)
-        for context, rows in groups.items():
-            state = self._evidence_state(context)
+        for text, rows in groups.items():
+            state = self._evidence_state(self._context(text))
             for chunk in batches(rows, self.batch_size):
                 claim_ids, claim_mask = self._encode([" " + sentences[i].strip() for i in chunk], left=False)
                 bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)

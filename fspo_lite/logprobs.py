@@ -86,6 +86,24 @@ def completion_logprobs(
     return logp, torch.cat(entropies, dim=1) if with_entropy else None
 
 
+def micro_batches(lengths: torch.Tensor, width: int, size: int, group_by_length: bool = True
+                  ) -> list[tuple[torch.Tensor, int]]:
+    """(row indices, completion width) of each micro-batch of `size` rows, for completions of `lengths` tokens
+    right-padded to `width`.
+
+    group_by_length: the rows go longest first (a stable sort), and each micro-batch runs only up to its own
+    longest completion (at least 1), so a micro-batch of short answers does not run columns of padding through
+    every pass. No real token attends to a later position, so the cut changes no log-prob; the order changes only
+    how a gradient accumulated over the micro-batches is rounded. False: rows in order, each at `width`.
+    """
+    if group_by_length:
+        order = torch.sort(lengths, descending=True, stable=True).indices
+    else:
+        order = torch.arange(len(lengths), device=lengths.device)
+    batches = [order[start : start + size] for start in range(0, len(order), size)]
+    return [(rows, max(int(lengths[rows].max()), 1) if group_by_length else width) for rows in batches]
+
+
 def reference_context(model):
     """Context in which `model` acts as the frozen reference: a PEFT model with its adapter off."""
     disable = getattr(model, "disable_adapter", None)

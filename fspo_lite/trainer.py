@@ -27,7 +27,7 @@ from .data import QAExample
 from .distributed import Distributed, loss_normalisers
 from .engines import build_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
-from .logprobs import completion_logprobs, reference_context
+from .logprobs import completion_logprobs, micro_batches, reference_context
 from .methods import RewardTools
 from .models import load_policy, trainable_parameter_count
 from .prompt_cache import shares_prompt_pass
@@ -276,30 +276,34 @@ class Trainer:
             record["token_rewards"] = scored.token_rewards[0, :length].tolist()
         append_jsonl(self.output_dir / "samples.jsonl", record)
 
-    def _logprobs(self, model, rollout: Rollout, rows: slice, with_entropy: bool = False, entropy_grad: bool = False):
+    def _logprobs(self, model, rollout: Rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
+                  entropy_grad: bool = False):
+        """Log-probs (and entropies) of the completions of `rows`, cut to their first `width` tokens."""
         return completion_logprobs(
-            model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows],
-            rollout.completion_mask[rows], self.config.rollout.temperature, with_entropy, self.share_prompts,
+            model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows, :width],
+            rollout.completion_mask[rows, :width], self.config.rollout.temperature, with_entropy, self.share_prompts,
             entropy_grad,
         )
 
     @torch.no_grad()
     def _frozen_logprobs(self, rollout: Rollout, reference: bool) -> torch.Tensor:
-        chunks = []
-        for rows in self._micro_batches(rollout):
+        """(N, C) log-probs of the whole rollout in its own row order, 0 on the columns a micro-batch left out."""
+        result = torch.zeros(rollout.completion_ids.shape, device=rollout.completion_ids.device)
+        for rows, width in self._micro_batches(rollout):
             if reference and self.reference is not None:
-                chunks.append(self._logprobs(self.reference, rollout, rows)[0])
+                logp = self._logprobs(self.reference, rollout, rows, width)[0]
             elif reference:
                 with reference_context(self.model):
-                    chunks.append(self._logprobs(self.model, rollout, rows)[0])
+                    logp = self._logprobs(self.model, rollout, rows, width)[0]
             else:
-                chunks.append(self._logprobs(self.model, rollout, rows)[0])
-        return torch.cat(chunks)
+                logp = self._logprobs(self.model, rollout, rows, width)[0]
+            result[rows, :width] = logp.to(result.dtype)
+        return result
 
-    def _micro_batches(self, rollout: Rollout) -> list[slice]:
-        size = self.config.train.micro_batch_size
-        total = rollout.completion_ids.shape[0]
-        return [slice(start, min(start + size, total)) for start in range(0, total, size)]
+    def _micro_batches(self, rollout: Rollout) -> list[tuple[torch.Tensor, int]]:
+        train = self.config.train
+        return micro_batches(rollout.completion_lengths, rollout.completion_ids.shape[1], train.micro_batch_size,
+                             train.group_by_length)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict:
         """mu epochs over the rollout, one optimizer step per epoch with gradient accumulation."""
@@ -322,33 +326,34 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
             micro_batches = self._micro_batches(rollout)
-            for index, rows in enumerate(micro_batches):
+            for index, (rows, width) in enumerate(micro_batches):
                 # [distributed] gradients are all-reduced once, in the last micro-batch's backward
                 with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
                     bonus = train.entropy_coef > 0
-                    logp, entropy = self._logprobs(model, rollout, rows, with_entropy=epoch == 0 or bonus,
+                    logp, entropy = self._logprobs(model, rollout, rows, width, with_entropy=epoch == 0 or bonus,
                                                    entropy_grad=bonus)
-                    old = logp.detach() if old_logp is None else old_logp[rows]
+                    cut = (rows, slice(0, width))  # the micro-batch's rows, without its padding-only columns
+                    old = logp.detach() if old_logp is None else old_logp[cut]
                     token_loss, clipped = algos.clipped_surrogate(
-                        logp, old, advantages[rows], train.epsilon_low, train.epsilon_high
+                        logp, old, advantages[cut], train.epsilon_low, train.epsilon_high
                     )
                     if bonus:
                         token_loss = algos.entropy_bonus(token_loss, entropy, train.entropy_coef)
                         entropy = entropy.detach()
                     if ref_logp is not None:
-                        kl = algos.kl_k3(logp, ref_logp[rows])
+                        kl = algos.kl_k3(logp, ref_logp[cut])
                         token_loss = token_loss + train.beta * kl
                         if epoch == 0:
-                            sums["kl"] += (kl.detach() * mask[rows]).sum().item()
+                            sums["kl"] += (kl.detach() * mask[cut]).sum().item()
                     loss = algos.aggregate_loss(
-                        token_loss, mask[rows], train.loss_aggregation, self.config.rollout.max_new_tokens,
+                        token_loss, mask[cut], train.loss_aggregation, self.config.rollout.max_new_tokens,
                         total_tokens, total_sequences,
                     )
                     loss.backward()
                 epoch_loss += loss.item()
                 if epoch == 0:
-                    sums["clipped"] += (clipped.float() * mask[rows]).sum().item()
-                    sums["entropy"] += (entropy * mask[rows]).sum().item()
+                    sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
+                    sums["entropy"] += (entropy * mask[cut]).sum().item()
             grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
             if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
                 skipped = True

@@ -203,3 +203,71 @@ def test_sampler_reshuffles_each_epoch_and_restores():
     clone.load_state_dict({"epoch": 1, "position": 3})
     assert clone.next(2) == sampler.next(2)
     assert len(second) == 3
+
+
+def _ragged_rollout(tokenizer, prompts, lengths, width, seed=0):
+    """A rollout of len(lengths) completions, row i with lengths[i] real tokens (the last one EOS) right-padded to
+    `width`: the shape the engine returns when the rollout's longest answer is longer than a micro-batch's."""
+    from fspo_lite.rollout import Rollout
+
+    generator = torch.Generator().manual_seed(seed)
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    rows = len(lengths)
+    repeat = rows // len(prompts)
+    pad, eos = tokenizer.pad_token_id or 0, tokenizer.eos_token_id
+    ids = torch.full((rows, width), pad, dtype=torch.long)
+    mask = torch.zeros(rows, width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        ids[row, : length - 1] = torch.randint(10, 200, (length - 1,), generator=generator)
+        ids[row, length - 1] = eos
+        mask[row, :length] = 1
+    return Rollout(encoded["input_ids"].repeat_interleave(repeat, 0), encoded["attention_mask"].repeat_interleave(
+        repeat, 0), ids, mask, [""] * rows, repeat)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_update_leaves_padding_columns_out_and_changes_nothing(tmp_path, tiny_policy, share):
+    """train.group_by_length sorts the rows longest first and runs each micro-batch only up to its longest
+    completion: same loss, KL, entropy and adapter update as rollout order at full width, with narrower inputs
+    (a forward hook reads their widths)."""
+    _, tokenizer = tiny_policy
+    prompts = ["Q: What is the capital of France?\nA:", "Q: Symbol of gold?\nA:"]
+    lengths = [3, 5, 2, 4, 12, 7, 9, 1]  # sorted into micro-batches of 4: [12 9 7 5], [4 3 2 1]; 16 wide
+    rollout = _ragged_rollout(tokenizer, prompts, lengths, width=16)
+    advantages = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    results = {}
+    for trim in (False, True):
+        model = copy.deepcopy(tiny_policy[0])
+        config = tiny_config(tmp_path / str(trim), f"train.group_by_length={trim}", f"train.share_prompt_pass={share}",
+                             "train.beta=0.1", "train.micro_batch_size=4", "train.learning_rate=1e-2")
+        trainer = Trainer(config, model, tokenizer, EXAMPLES, progress=False)
+        widths, grads = [], []
+        hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: widths.append(args[0].shape[1]))
+        step = trainer.optimizer.step
+        trainer.optimizer.step = lambda: (grads.append([p.grad.clone() for p in trainer.parameters]), step())
+        metrics = trainer.update(rollout, advantages)
+        hook.remove()
+        results[trim] = (metrics, grads[0], widths)
+    (full, full_grads, full_widths), (cut, cut_grads, cut_widths) = results[False], results[True]
+    for key in ("loss", "kl", "entropy", "clip_fraction", "grad_norm"):
+        assert cut[key] == pytest.approx(full[key], rel=1e-5, abs=1e-6), key
+    assert len(cut_grads) == len(full_grads) > 0
+    assert sum(g.norm() for g in full_grads) > 0  # (LoRA A's gradients are 0 while B is at its zero init)
+    for grad, full_grad in zip(cut_grads, full_grads):  # summed in another order: float rounding only
+        assert (grad - full_grad).norm() <= 1e-5 * full_grad.norm()
+    # the same passes, and each one that runs completions is 16 - 12 = 4 or 16 - 4 = 12 columns narrower
+    assert len(cut_widths) == len(full_widths)
+    assert {a - b for a, b in zip(full_widths, cut_widths)} - {0} == {4, 12}
+
+
+def test_micro_batches_by_hand():
+    from fspo_lite.logprobs import micro_batches
+
+    lengths = torch.tensor([3, 5, 2, 5, 0, 7])
+    grouped = micro_batches(lengths, width=9, size=4)
+    # longest first, ties in row order (stable): rows 5 (7), 1 (5), 3 (5), 0 (3) | 2 (2), 4 (0)
+    assert [(rows.tolist(), width) for rows, width in grouped] == [([5, 1, 3, 0], 7), ([2, 4], 2)]
+    plain = micro_batches(lengths, width=9, size=4, group_by_length=False)
+    assert [(rows.tolist(), width) for rows, width in plain] == [([0, 1, 2, 3], 9), ([4, 5], 9)]
+    empty = micro_batches(torch.tensor([0, 0]), width=4, size=4)  # no token at all: one column, never zero
+    assert [(rows.tolist(), width) for rows, width in empty] == [([0, 1], 1)]

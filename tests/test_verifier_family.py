@@ -254,6 +254,33 @@ def test_likelihood_gains_are_the_same_with_a_shared_evidence_pass(tiny_policy):
     assert gains[1] == pytest.approx(gains[0], abs=1e-5)
 
 
+def test_likelihood_scores_a_sentence_repeated_with_the_same_evidence_once(tiny_policy):
+    """Four sampled answers to one question often share a sentence: each (evidence, sentence) pair runs once, and
+    every row asking for it gets the reference gain; the same sentence with other evidence is scored again."""
+    from fspo_lite.verifiers import LikelihoodVerifier
+
+    model, tokenizer = tiny_policy
+    other = "Gold has the symbol Au."
+
+    def traced(evidence, sentences):  # gains, and the rows of every forward pass (a fresh verifier each time)
+        rows = []
+        hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: rows.append(args[0].shape))
+        gains = LikelihoodVerifier(model, tokenizer, batch_size=8).gains(evidence, sentences)
+        hook.remove()
+        return gains, rows
+
+    evidence = [EVIDENCE, EVIDENCE, EVIDENCE, other, EVIDENCE]
+    sentences = [SENTENCES[0], SENTENCES[1], "  " + SENTENCES[0], SENTENCES[0], SENTENCES[1]]
+    gains, rows = traced(evidence, sentences)
+    reference = LikelihoodVerifier(model, tokenizer, share_evidence=False).gains(evidence, sentences)
+    assert gains == pytest.approx(reference, abs=1e-5)
+    assert gains[0] == gains[2] and gains[1] == gains[4]
+    assert gains[3] != pytest.approx(gains[0], abs=1e-4)  # other evidence, another gain
+    # the model does exactly the work of the three distinct pairs
+    unique_gains, unique_rows = traced([EVIDENCE, EVIDENCE, other], [SENTENCES[0], SENTENCES[1], SENTENCES[0]])
+    assert rows == unique_rows and unique_gains == [gains[0], gains[1], gains[3]]
+
+
 def test_evidence_states_keep_the_most_recently_used_within_their_bytes():
     import torch
 

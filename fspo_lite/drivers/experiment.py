@@ -179,6 +179,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
         begun = time.perf_counter()
         papermill.execute_notebook(str(source), str(executed_dir / name), parameters=parameters,
                                    cwd=str(ROOT), progress_bar=progress, kernel_name="python3")
+        without_root(executed_dir / name)
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
@@ -211,4 +212,18 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
     if data:
         text += "\nBenchmark data: " + "; ".join(f"{name}: {what}" for name, what in data.items()) + "\n"
     markdown.write_text(text)
-    return summary
+    without_root(summary_path)
+    without_root(markdown)
+    return json.loads(summary_path.read_text())
+
+
+def without_root(path: Path, root: Path = ROOT) -> None:
+    """Rewrite `path` with the repository root's absolute path taken out of it, so that an executed notebook or a
+    summary (papermill records the paths it ran with; warnings name the virtual environment) names paths relative
+    to the repository, not the machine that ran it. Paths outside the repository are left as they are."""
+    text = path.read_text(encoding="utf-8")
+    prefix = str(root.resolve()) + os.sep
+    escaped = json.dumps(prefix)[1:-1]  # as it appears inside a JSON string
+    cleaned = text.replace(escaped, "").replace(prefix, "")
+    if cleaned != text:
+        path.write_text(cleaned, encoding="utf-8")

@@ -46,14 +46,10 @@ def test_outputs_name_paths_relative_to_the_repository(tmp_path):
 
     from fspo_lite.drivers.experiment import without_root
 
-    root = tmp_path / "my repo"
-    notebook = tmp_path / "executed.ipynb"
-    notebook.write_text(json.dumps({"metadata": {"input_path": f"{root}/notebooks/01.ipynb"},
-                                    "outputs": [f"{root}/.venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]}))
-    markdown = tmp_path / "summary.md"
-    markdown.write_text(f"![figure]({root}/figures/a.png)\n")
-    without_root(notebook, root)
-    without_root(markdown, root)
-    assert json.loads(notebook.read_text()) == {"metadata": {"input_path": "notebooks/01.ipynb"},
-                                                "outputs": [".venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]}
-    assert markdown.read_text() == "![figure](figures/a.png)\n"
+    root = tmp_path / 'my "repo"'  # a quote: escaped inside JSON strings
+    notebook = json.dumps({"metadata": {"input_path": f"{root}/notebooks/01.ipynb"},
+                           "outputs": [f"{root}/.venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]})
+    assert json.loads(without_root(notebook, root)) == {
+        "metadata": {"input_path": "notebooks/01.ipynb"},
+        "outputs": [".venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]}
+    assert without_root(f"![figure]({root}/figures/a.png)\n", root) == "![figure](figures/a.png)\n"

@@ -179,7 +179,8 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
         begun = time.perf_counter()
         papermill.execute_notebook(str(source), str(executed_dir / name), parameters=parameters,
                                    cwd=str(ROOT), progress_bar=progress, kernel_name="python3")
-        without_root(executed_dir / name)
+        executed = executed_dir / name
+        executed.write_text(without_root(executed.read_text(encoding="utf-8")), encoding="utf-8")
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
@@ -203,7 +204,8 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
                       "command": f"python -m fspo_lite lite --profile {profile}"}
     if data:
         summary["job"]["benchmark_data"] = data
-    summary_path.write_text(json.dumps(summary, indent=2))
+    written = without_root(json.dumps(summary, indent=2))  # notebook 04 wrote the figures' absolute paths
+    summary_path.write_text(written)
     lines = [f"| {name} | {seconds:.0f} |" for name, seconds in timings.items()]
     markdown = results_dir / "summary.md"
     text = markdown.read_text() if markdown.exists() else ""
@@ -211,19 +213,13 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
              + f"\n| **total** | **{total:.0f}** ({total / 60:.1f} min) |\n")
     if data:
         text += "\nBenchmark data: " + "; ".join(f"{name}: {what}" for name, what in data.items()) + "\n"
-    markdown.write_text(text)
-    without_root(summary_path)
-    without_root(markdown)
-    return json.loads(summary_path.read_text())
+    markdown.write_text(without_root(text))
+    return json.loads(written)
 
 
-def without_root(path: Path, root: Path = ROOT) -> None:
-    """Rewrite `path` with the repository root's absolute path taken out of it, so that an executed notebook or a
-    summary (papermill records the paths it ran with; warnings name the virtual environment) names paths relative
-    to the repository, not the machine that ran it. Paths outside the repository are left as they are."""
-    text = path.read_text(encoding="utf-8")
+def without_root(text: str, root: Path = ROOT) -> str:
+    """`text` (an executed notebook, a summary) with the repository root's absolute path taken out, so that it names
+    paths relative to the repository, not to the machine that ran it: papermill records the paths it ran with and
+    warnings name the virtual environment. Also inside JSON strings; paths outside the repository stay."""
     prefix = str(root.resolve()) + os.sep
-    escaped = json.dumps(prefix)[1:-1]  # as it appears inside a JSON string
-    cleaned = text.replace(escaped, "").replace(prefix, "")
-    if cleaned != text:
-        path.write_text(cleaned, encoding="utf-8")
+    return text.replace(json.dumps(prefix)[1:-1], "").replace(prefix, "")

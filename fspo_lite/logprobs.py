@@ -40,8 +40,9 @@ def completion_logprobs(
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = prompt_positions(attention_mask)
     width = completion_ids.shape[1]
-    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prompts else None
     prefix = common_prefix_length(prompt_ids[:, :-1], prompt_mask[:, :-1]) if share_prompts else 0
+    # the whole prompts' groups are needed only where the common start is too short to share
+    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prompts and prefix < MIN_SHARED_PREFIX else None
     if prefix >= MIN_SHARED_PREFIX:
         # all prompt tokens but the last in two passes (the common start once, then each distinct rest); then
         # the last prompt token and the completion in one pass on that cache

@@ -159,8 +159,10 @@ def test_hand_labelled_table_is_graded_right_in_both_directions(warm_worker):
 
 def test_quantity_reader_by_hand():
     assert read_quantity(r"12{,}000") == Quantity(12000)
-    assert read_quantity(r"\$1,234.50") == Quantity(Fraction(246900, 200))
-    assert read_quantity("-$5") == Quantity(-5)
+    assert read_quantity(r"\$1,234.50") == Quantity(Fraction(246900, 200), unit="dollar")  # the sign is a unit
+    assert read_quantity("-$5") == Quantity(-5, unit="dollar")
+    assert read_quantity("$5$") == Quantity(5)  # math delimiters, not a currency
+    assert read_quantity("1 000") == Quantity(1000) and read_quantity("1 00") is None
     assert read_quantity(r"25\%") == Quantity(25, percent=True)
     assert read_quantity(r"10\text{ cm}^2") == Quantity(10, unit="cm^2")
     assert read_quantity("3 hours") == Quantity(3, unit="hour")

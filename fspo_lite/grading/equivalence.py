@@ -34,6 +34,9 @@ _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _FRAC_SHORT = re.compile(r"\\[dt]?frac(\d)(\d)")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _VARIABLE_PREFIX = re.compile(r"\s*[a-zA-Z]\s*=(?!=)")
+_TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![a-zA-Z])")
+_DEGREES = re.compile(r"\^\s*(?:\\circ|\{\s*\\circ\s*\})|°")
+_MACRO_OR_TEXT = re.compile(r"(\\[a-zA-Z]+)|(\\[^a-zA-Z]?|[^\\]+)")
 
 
 def strip_latex_decorations(answer: str, keep_percent: bool = False) -> str:
@@ -43,7 +46,8 @@ def strip_latex_decorations(answer: str, keep_percent: bool = False) -> str:
     text = str(answer).strip()
     text = text.replace("{,}", ",").replace("\\!", "").replace("\\,", "").replace("\\;", "").replace("\\ ", " ")
     text = text.replace("\\$", "$").replace("$", "").replace("\\left", "").replace("\\right", "")
-    text = text.replace("^\\circ", "").replace("^{\\circ}", "")
+    if not _TRIG.search(text):  # 90^\\circ = 90, but \\sin 30^\\circ is not \\sin 30 (radians)
+        text = _DEGREES.sub("", text)
     if not keep_percent:
         text = text.replace("\\%", "").replace("%", "")
     for _ in range(3):
@@ -57,8 +61,10 @@ def strip_latex_decorations(answer: str, keep_percent: bool = False) -> str:
 
 
 def normalize_math_answer(answer: str) -> str:
-    """A canonical string for a LaTeX/plain answer: decorations stripped, no whitespace, lowercase."""
-    return re.sub(r"\s+", "", strip_latex_decorations(answer)).lower()
+    """A canonical string for a LaTeX/plain answer: decorations stripped, no whitespace, lowercase outside macro
+    names (\\Delta and \\delta are different letters; "Yes" = "yes")."""
+    text = re.sub(r"\s+", "", strip_latex_decorations(answer))
+    return "".join(macro or plain.lower() for macro, plain in _MACRO_OR_TEXT.findall(text))
 
 
 UNIT_WORDS = frozenset(
@@ -72,10 +78,20 @@ UNIT_WORDS = frozenset(
 """Unit words a number may carry (after lm-eval-harness's Minerva list): "10 cm" = "10". Single
 letters count as units only inside \text{} ("10\text{ m}"), never bare ("10m" is 10 times m)."""
 _CURRENCY = re.compile(r"^(?:\\\$|\$|€|£|¥|₹|usd\s*|eur\s*|rs\.?\s*)", re.IGNORECASE)
+_CURRENCY_UNITS = {"$": "dollar", "\\$": "dollar", "usd": "dollar", "€": "euro", "eur": "euro", "£": "pound",
+                   "¥": "yen", "₹": "rupee", "rs": "rupee"}
+"""The unit a currency sign stands for: \\$5 = 5 dollars = 5, but \\$5 != 5 cents."""
+_LEADING_DOLLAR = re.compile(r"\s*[-+−]?\s*\\?\$\s*[\d.]")
+_UNIT_SYNONYMS = {"usd": "dollar", "buck": "dollar", "eur": "euro", "rs": "rupee", "rupee": "rupee"}
 _UNIT_TEXT = re.compile(r"\\(?:text|textrm|mbox|mathrm)\s*\{\s*([a-zA-Z][a-zA-Z .]*?)\s*\}\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$")
 _UNIT_WORD = re.compile(r"(?<=[\d}.\s])\s*((?:sq\.?\s+|square\s+|cubic\s+)?([a-zA-Z]{2,}\.?))\s*(\^\s*\{?\s*[23]\s*\}?)?\s*$")
-_PERCENT = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\s+percent)\s*$", re.IGNORECASE)
-_SEPARATED = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+_PERCENT = re.compile(r"(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|(?<![a-zA-Z])(?:percent(?:age)?|pct)\.?)$", re.IGNORECASE)
+_TAIL = 48
+"""The trailing percent sign or unit is looked for in the last _TAIL characters only (after trailing spaces are
+cut): a regex anchored at the end but searched from every start position is quadratic or worse on long runs of
+spaces (1,000 spaces and a letter took seconds)."""
+_SEPARATED = re.compile(r"\d{1,3}(?:(?P<sep>,|\s|\\,|\\ |\{,\}|')\d{3})(?:(?P=sep)\d{3})*(?:\.\d+)?")
+"""Thousands separators: one kind throughout, groups of three (1,000 = 1 000 = 1\\,000 = 1000; 1 00 is not one)."""
 _NUMBER = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _SCALED = re.compile(rf"(?:({_NUMBER})\s*(?:\\times|\\cdot|\*|x)\s*)?10\s*\^\s*(?:\{{\s*([+-]?\d+)\s*\}}|([+-]?\d))")
 _FRACTION = re.compile(rf"\\frac\s*\{{\s*({_NUMBER})\s*\}}\s*\{{\s*({_NUMBER})\s*\}}|({_NUMBER})\s*/\s*({_NUMBER})")
@@ -106,24 +122,28 @@ class Quantity:
 
 def _unit_key(unit: str) -> str:
     unit = re.sub(r"\s+", " ", unit.lower().rstrip(". "))
-    return unit[:-1] if len(unit) > 3 and unit.endswith("s") else unit
+    unit = unit[:-1] if len(unit) > 3 and unit.endswith("s") else unit
+    return _UNIT_SYNONYMS.get(unit, unit)
 
 
 def _strip_unit(text: str) -> tuple[str, str]:
-    match = _UNIT_TEXT.search(text)
+    text = text.rstrip()
+    head, tail = text[:-_TAIL], text[-_TAIL:]
+    match = _UNIT_TEXT.search(tail)
     if match:
-        return text[: match.start()].rstrip(), _unit_key(match.group(1) + (match.group(2) or "").replace(" ", ""))
-    match = _UNIT_WORD.search(text)
-    if match and match.group(2).lower().rstrip(".") in UNIT_WORDS:
-        return text[: match.start()].rstrip(), _unit_key(match.group(1) + (match.group(3) or "").replace(" ", ""))
+        return (head + tail[: match.start()]).rstrip(), _unit_key(match.group(1) + (match.group(2) or "").replace(" ", ""))
+    match = _UNIT_WORD.search(tail)
+    if match and match.group(2).lower().rstrip(".") in UNIT_WORDS and (match.start() or head):
+        return (head + tail[: match.start()]).rstrip(), _unit_key(match.group(1) + (match.group(3) or "").replace(" ", ""))
     return text, ""
 
 
 def _value(text: str) -> Fraction | None:
     """A bare number, scaled number or fraction (signs handled by the caller); None if it is not one."""
     text = text.strip()
-    if _SEPARATED.fullmatch(text):
-        text = text.replace(",", "")
+    separated = _SEPARATED.fullmatch(text)
+    if separated:
+        text = text.replace(separated.group("sep"), "")
     if re.fullmatch(_NUMBER, text):
         return decimal_value(text, MAX_EXPONENT)
     match = _SCALED.fullmatch(text)
@@ -159,17 +179,27 @@ def read_quantity(answer: str) -> Quantity | None:
     10\\text{ cm}, 5 dollars). A literal beyond 10^MAX_EXPONENT gives value TOO_LARGE. Division
     by zero raises ZeroDivisionError (malformed). No text is ever evaluated.
     """
+    raw = str(answer)
+    dollar = "\\$" in raw or (raw.count("$") == 1 and _LEADING_DOLLAR.match(raw) is not None)
     text = strip_latex_decorations(answer, keep_percent=True)
-    text = text.replace("{,}", ",").replace("\\,", "").replace("\\!", "")
-    percent = bool(_PERCENT.search(text))
+    text = text.replace("{,}", ",").replace("\\!", "")
+    text = text.rstrip()
+    percent_match = _PERCENT.search(text[-_TAIL:])
+    percent = percent_match is not None
     if percent:
-        text = _PERCENT.sub("", text)
+        text = text[: len(text) - len(text[-_TAIL:]) + percent_match.start()]
     text, unit = _strip_unit(text)
     text = text.strip()
     sign = 1
     if text[:1] in ("-", "+", "−"):
         sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
-    text = _CURRENCY.sub("", text).strip()
+    currency = _CURRENCY.match(text)
+    if currency or dollar:
+        sign_unit = _CURRENCY_UNITS.get(currency.group(0).strip().lower().rstrip("."), "") if currency else "dollar"
+        if unit and sign_unit and unit != sign_unit:
+            return Quantity(TOO_LARGE, percent, unit)  # "$5 cents": two units that disagree, equal to nothing
+        unit = unit or sign_unit
+        text = text[currency.end():].strip() if currency else text
     if text[:1] in ("-", "+", "−") and sign == 1:
         sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
     if text.startswith("{") and text.endswith("}") and text.count("{") == 1:

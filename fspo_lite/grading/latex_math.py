@@ -7,8 +7,10 @@ sympy objects from them. Anything outside the grammar raises ParseError; the cal
 back to comparing strings.
 
 Grammar (whitespace is ignored; juxtaposition multiplies: 2x, 2\sqrt{2}, (x+1)(x-1), except an
-integer followed by a proper fraction of integers, a mixed number: 2\frac{1}{2} = 5/2; numbers
-may have a decimal exponent, 1.5e-3, bounded by MAX_EXPONENT):
+integer followed by a literal \frac of integers that is a proper fraction, a mixed number:
+2\frac{1}{2} = 5/2 and -2\frac{1}{2} = -5/2, while 2(1/2) = 1; a number right after a number,
+"1 000", is refused rather than multiplied; numbers may have a decimal exponent, 1.5e-3, bounded by
+MAX_EXPONENT):
 
     answer   := union (',' union)*                a bare list is a set (order does not matter)
     union    := expr (\cup expr)*                  a union of intervals/sets (order does not matter)
@@ -120,8 +122,17 @@ class _Parser:
                 self.take()
                 tree = [_MULTIPLY[token[1]], tree, self.factor()]
             elif self.starts_atom():
+                if token[0] == "num" and _ends_with_number(tree):
+                    # "1 000", "12 500": digits after digits are a separator or a typo, never a product
+                    raise ParseError(f"two numbers side by side: {token[1]!r}")
+                literal_fraction = token == ("macro", "frac")
                 right = self.nested(self.power)
-                tree = ["add", tree, right] if _is_mixednumber_node(tree, right) else ["mul", tree, right]
+                if literal_fraction and _is_mixednumber_node(tree, right):  # 2\frac{1}{2}; not 2(1/2)
+                    tree = ["add", tree, right]
+                elif literal_fraction and tree[0] == "neg" and _is_mixednumber_node(tree[1], right):
+                    tree = ["neg", ["add", tree[1], right]]  # -2\frac{1}{2} = -(2 + 1/2)
+                else:
+                    tree = ["mul", tree, right]
             else:
                 return tree
 
@@ -263,6 +274,13 @@ class _Parser:
         else:
             tree = ["fn", "log" if name == "ln" else name, argument]
         return ["pow", tree, exponent] if exponent is not None else tree
+
+
+def _ends_with_number(tree: list) -> bool:
+    """Whether the factor just parsed ends with a bare number literal (2, -2, 3x2's last factor 2, 2!)."""
+    while tree[0] in ("mul", "neg"):
+        tree = tree[-1]
+    return tree[0] == "num"
 
 
 def _is_mixednumber_node(left: list, right: list) -> bool:

@@ -65,4 +65,8 @@ def hostile_answers(sentinel: Path) -> list[tuple[str, str]]:
         ("division by zero", "\\frac{1}{0}"),
         ("boxed bomb", "\\boxed{" * 20_000),
         ("text bomb", "\\text{" * 20_000),
+        ("spaces then a letter (the percent regex was cubic)", "1" + " " * 990 + "x"),
+        ("spaces then half a percent word", "1" + " " * 990 + "percen"),
+        ("spaces then half a unit", "1" + " " * 990 + "\\text{cm"),
+        ("unclosed inline math", "\\(" * 400 + "$" * 100),
     ]

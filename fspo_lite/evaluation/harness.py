@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from ..prompts import prompt_text, render_prompt
-from ..grading import grade_answer, outcome_reward
+from ..grading import grade_response, outcome_reward
 from ..verdicts import step_factuality, verify_sentences
-from ..text import NEAR_DUPLICATE_JACCARD, extract_answer, near_duplicate_count, parse_number
+from ..text import NEAR_DUPLICATE_JACCARD, near_duplicate_count
 from . import metrics as M
 from .benchmarks import BENCHMARKS, load_items, resolve
 from .judges import build_judge
@@ -194,19 +194,16 @@ def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], lis
 
 
 def run_math(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
-    """pass@1 (mean over the k samples) and unbiased pass@k; the answer is the <answer>/\\boxed content, else the
-    last number of the response; compared by fspo_lite.grading (never evaluated)."""
+    """pass@1 (mean over the k samples) and unbiased pass@k; the answer is read and graded by
+    fspo_lite.grading.grade_response, the function training rewards use (the <answer>/\\boxed content, else the
+    last number of the response; compared safely, never evaluated)."""
     config, k = ctx.config, ctx.ev.samples
     prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
     texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]
     records, correct = [], []
     for index, text in enumerate(texts):
         example = items[index // k]
-        answer = extract_answer(text)
-        if answer is None:
-            number = parse_number(text)
-            answer = None if number is None else str(number)
-        ok, _ = grade_answer(example, answer)
+        answer, ok, _ = grade_response(example, text)
         correct.append(ok)
         records.append({"benchmark": name, "id": example.id, "sample": index % k, "prompt": prompts[index // k],
                         "output": text, "answer": answer, "gold": example.answers,

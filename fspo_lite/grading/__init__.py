@@ -27,10 +27,11 @@ from .equivalence import (
     strip_latex_decorations,
     symbolically_equal,
 )
-from .outcome import Outcome, grade_answer, outcome_reward
+from .outcome import Outcome, final_answer, grade_answer, grade_response, outcome_reward
 
 __all__ = [
-    "MAX_ANSWER_CHARS", "TOO_LARGE", "UNIT_WORDS", "Outcome", "Quantity", "TooLarge", "grade_answer", "is_malformed",
+    "MAX_ANSWER_CHARS", "TOO_LARGE", "UNIT_WORDS", "Outcome", "Quantity", "TooLarge", "final_answer", "grade_answer",
+    "grade_response", "is_malformed",
     "math_answers_equal", "normalize_math_answer", "outcome_reward", "parse_plain_number", "quantities_equal",
     "read_quantity", "strip_latex_decorations", "symbolically_equal",
 ]

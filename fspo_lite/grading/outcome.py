@@ -1,16 +1,21 @@
 """The outcome reward: a response's final answer graded against the gold answers.
 
-QA answers get exact match and token F1 (HotpotQA's normalisation, `fspo_lite.text`); math
-answers safe symbolic equivalence (`fspo_lite.grading.equivalence`). Training rewards (`fspo_lite.rewards`),
-the held-out evaluation and the base-model probes all grade answers here, the same way.
+One function reads and grades a response, `grade_response`: the final answer (`final_answer`: the last
+<answer> block with a \\boxed{} inside it unwrapped, else the last \\boxed{}, and for math, else the last number
+of the text), then exact match and token F1 for QA (HotpotQA's normalisation, `fspo_lite.text`) or safe
+equivalence for math (`fspo_lite.grading.equivalence`). Training rewards (`fspo_lite.rewards` through
+`outcome_reward`), the held-out evaluation and the base-model probes all call it, so a right answer is paid in
+training exactly when evaluation counts it.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from ..text import extract_answer, hotpot_em_f1, is_unknown, parse_response
-from .equivalence import math_answers_equal
+from ..text import extract_answer, hotpot_em_f1, is_unknown, parse_number, parse_response
+from .equivalence import math_answers_equal, read_quantity, strip_latex_decorations
+from .latex_math import ParseError, parse_math
 
 
 @dataclass
@@ -38,12 +43,77 @@ def grade_answer(example, answer: str | None) -> tuple[bool, float]:
     return bool(em), f1
 
 
+def last_math_span(text: str) -> str | None:
+    """The content of the math span that ends last: $...$, $$...$$, \\(...\\) or \\[...\\] (None when there is none or
+    it is empty). Linear time: each delimiter is found once from the right, never by a lazy regex."""
+    best_end, best = -1, None
+    closer = text.rfind("$")
+    if closer != -1:
+        start = closer
+        while start > 0 and text[start - 1] == "$":
+            start -= 1
+        opener = text.rfind("$", 0, start)
+        if opener != -1:
+            best_end, best = closer, text[opener + 1 : start]
+    for open_, close in (("\\(", "\\)"), ("\\[", "\\]")):
+        end = text.rfind(close)
+        begin = text.rfind(open_, 0, end) if end != -1 else -1
+        if begin != -1 and end > best_end:
+            best_end, best = end, text[begin + len(open_) : end]
+    best = best.strip("$ \n\t") if best is not None else None
+    return best or None
+
+
+def final_answer(text: str, task: str) -> str | None:
+    """The final answer of a response: the last <answer>...</answer> block (a \\boxed{} inside it unwrapped),
+    else the last \\boxed{}; for math (`task == "math"`), else the last math span ($...$, \\(...\\), \\[...\\]), else
+    the whole text when it is a bare answer (a quantity or an expression of the grammar: "\\frac{10}{9}"), else the
+    last number not glued to a word; else None."""
+    if not isinstance(text, str):
+        return None
+    answer = extract_answer(text)
+    if answer is None and task == "math":
+        answer = last_math_span(text)
+        if answer is None and _is_bare_answer(text):
+            return text.strip()
+        if answer is None:
+            numbers = _STANDALONE_NUMBER.findall(text[-10_000:])
+            number = parse_number(numbers[-1]) if numbers else None
+            answer = None if number is None else str(number)
+    return answer
+
+
+_STANDALONE_NUMBER = re.compile(r"(?<![\w.,])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
+"""A number not glued to a word before it ("is 34.", "$1,000.99", "1,000.99m²"; not the 2 of "AZYUK2A")."""
+
+
+def _is_bare_answer(text: str) -> bool:
+    """The whole response is an answer: a plain quantity or an expression of the math grammar ("\\frac{10}{9}")."""
+    text = text.strip()
+    if not text or len(text) > 200:
+        return False
+    try:
+        if read_quantity(text) is not None:
+            return True
+        parse_math(strip_latex_decorations(text))
+    except (ParseError, ValueError, ZeroDivisionError):
+        return False
+    return True
+
+
+def grade_response(example, text: str) -> tuple[str | None, bool, float]:
+    """(final answer, correct, score in [0, 1]) of a whole response: `final_answer`, then `grade_answer`.
+    The one reading and grading of a response that training rewards and evaluation share."""
+    answer = final_answer(text, example.task)
+    correct, score = grade_answer(example, answer)
+    return answer, correct, score
+
+
 def outcome_reward(example, text: str, answer_metric: str = "auto", format_penalty: float = -2.0) -> Outcome:
-    """FSPO's outcome reward: answer F1 (QA) or equivalence (math) when the tags are well formed,
-    `format_penalty` (-2 in the reference) otherwise."""
+    """FSPO's outcome reward: answer F1 (QA) or equivalence (math) of `grade_response` when the tags are well
+    formed, `format_penalty` (-2 in the reference) otherwise."""
     parsed = parse_response(text)
-    answer = parsed.answer if parsed.format_ok else extract_answer(text)
-    correct, f1 = grade_answer(example, answer)
+    answer, correct, f1 = grade_response(example, text)
     score = float(correct) if answer_metric == "em" else f1
     reward = score if parsed.format_ok else format_penalty
     return Outcome(reward, parsed.format_ok, answer, correct, f1, is_unknown(answer))

@@ -141,7 +141,15 @@ class SymbolicChecker:
 
     def equivalent(self, a: list, b: list) -> bool | None:
         """True/False when the worker decided, None when it timed out or could not build the trees."""
-        key = json.dumps([a, b])
+        return self._ask({"a": a, "b": b})
+
+    def equivalent_texts(self, prediction: str, gold: str) -> bool | None:
+        """Math-Verify's verdict on two LaTeX answers, in the worker (True/False), None when it timed out, could
+        not parse them or Math-Verify is not installed."""
+        return self._ask({"texts": [str(prediction), str(gold)]})
+
+    def _ask(self, request: dict) -> bool | None:
+        key = json.dumps(request, sort_keys=True)
         if key in self.cache:
             return self.cache[key]
         if self.unavailable:
@@ -150,7 +158,7 @@ class SymbolicChecker:
             self.stats["requests"] += 1
             self._next_id += 1
             worker = self._worker()
-            reply = worker.request({"id": self._next_id, "a": a, "b": b}, self.timeout) if worker else None
+            reply = worker.request({"id": self._next_id, **request}, self.timeout) if worker else None
             if reply is None:
                 if worker is not None:
                     self.stats["timeouts"] += 1

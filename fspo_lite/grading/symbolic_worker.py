@@ -4,7 +4,14 @@ It is started by `fspo_lite.grading.symbolic` as `python -I symbolic_worker.py` 
 PYTHONPATH, no user site, not even this folder on sys.path) and imports only the standard
 library and sympy, never fspo_lite. It reads one JSON request per line on stdin,
 {"id": n, "a": tree, "b": tree} with trees from `fspo_lite.grading.latex_math`, and writes one
-JSON reply per line, {"id": n, "equal": true | false | null, "error": text | null}.
+JSON reply per line, {"id": n, "equal": true | false | null, "error": text | null}. A request
+{"id": n, "texts": [prediction, gold]} instead asks Math-Verify (the `math-verify` package, when installed)
+to parse both LaTeX strings and compare them: only its LaTeX extraction is used (an ANTLR grammar that builds
+sympy objects), never its plain-expression extraction, which hands text to sympy's parse_expr; that function
+(and so sympy's string parsing behind sympify) is replaced here by one that passes a plain numeral (the grammar
+builds numbers with sympy.Number("100")) and refuses any other text, so no text can reach eval.
+Math-Verify's own timeouts (signal.alarm, which would cancel this worker's alarm) are switched off: the
+per-request alarm below bounds its work like any other request.
 
 Nothing it receives is evaluated: trees are checked node by node against a fixed table and
 built into sympy objects with explicit constructors (no eval, exec, sympify or parse_expr).
@@ -185,13 +192,72 @@ def trees_equal(a, b, sympy):
     return expressions_equal(build(a, sympy), build(b, sympy), sympy)
 
 
+class MathVerify:
+    """Math-Verify's parse and verify with LaTeX extraction only (None when the package is missing)."""
+
+    def __init__(self):
+        try:
+            import math_verify
+            from math_verify import parser as math_verify_parser
+        except ImportError:
+            self.available = False
+            return
+        import re
+
+        import sympy.parsing
+        import sympy.parsing.sympy_parser as sympy_parser
+
+        original = sympy_parser.parse_expr
+        number = re.compile(r"\s*[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\s*")
+
+        def numbers_only(text, *args, **kwargs):
+            """sympy.Number("100") goes through sympify and parse_expr: a numeral passes, any other text is refused."""
+            if not isinstance(text, str) or not number.fullmatch(text) or len(text) > 200:
+                raise Rejected("string parsing is refused in the worker")
+            return original(text, *args, **kwargs)
+
+        self.guarded = [(module, name, numbers_only) for module in (sympy.parsing, sympy_parser, math_verify_parser)
+                        for name in ("parse_expr", "parse_expr_cached") if hasattr(module, name)]
+        self.originals = [(module, name, getattr(module, name)) for module, name, _ in self.guarded]
+        self.math_verify = math_verify
+        self.targets = [math_verify.LatexExtractionConfig(boxed_match_priority=0)]
+        self.available = True
+
+    def equal(self, prediction, gold):
+        if not self.available:
+            raise Rejected("math-verify is not installed")
+        if not (isinstance(prediction, str) and isinstance(gold, str)):
+            raise Rejected("texts must be strings")
+        mv = self.math_verify
+        for module, name, function in self.guarded:  # only while Math-Verify runs (sympy's own code parses strings)
+            setattr(module, name, function)
+        try:
+            gold_parsed = mv.parse(gold, self.targets, parsing_timeout=None)
+            prediction_parsed = mv.parse(prediction, self.targets, parsing_timeout=None)
+            if not gold_parsed or not prediction_parsed:
+                return False
+            return bool(mv.verify(gold_parsed, prediction_parsed, float_rounding=FLOAT_ROUNDING, timeout_seconds=None))
+        finally:
+            for module, name, function in self.originals:
+                setattr(module, name, function)
+
+
+FLOAT_ROUNDING = 6
+"""Math-Verify's float_rounding (its default): decimals compared after rounding to 6 places. Only answers the
+exact grammar cannot parse reach Math-Verify, so exact decimals elsewhere stay exact."""
+
+
 def _on_alarm(signum, frame):
     raise SoftTimeout()
 
 
 def serve(soft_timeout, memory_mb):
+    import logging
+
     import sympy
 
+    logging.disable(logging.WARNING)  # Math-Verify warns on every call that its own timeout is off
+    math_verify = MathVerify()
     limit_resources(memory_mb)
     use_alarm = hasattr(signal, "setitimer")
     if use_alarm:
@@ -205,7 +271,10 @@ def serve(soft_timeout, memory_mb):
             if use_alarm:
                 signal.setitimer(signal.ITIMER_REAL, soft_timeout)
             try:
-                reply["equal"] = bool(trees_equal(request["a"], request["b"], sympy))
+                if "texts" in request:
+                    reply["equal"] = math_verify.equal(*request["texts"][:2])
+                else:
+                    reply["equal"] = bool(trees_equal(request["a"], request["b"], sympy))
             finally:
                 if use_alarm:
                     signal.setitimer(signal.ITIMER_REAL, 0)

@@ -34,9 +34,16 @@ _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _FRAC_SHORT = re.compile(r"\\[dt]?frac(\d)(\d)")
 _SQRT_SHORT = re.compile(r"\\sqrt(\w)")
 _VARIABLE_PREFIX = re.compile(r"\s*[a-zA-Z]\s*=(?!=)")
+_DOUBLED_BACKSLASH = re.compile(r"(?<!\\)\\\\(?=[a-zA-Z])")
 _TRIG = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![a-zA-Z])")
 _DEGREES = re.compile(r"\^\s*(?:\\circ|\{\s*\\circ\s*\})|°")
 _MACRO_OR_TEXT = re.compile(r"(\\[a-zA-Z]+)|(\\[^a-zA-Z]?|[^\\]+)")
+
+
+def undouble_backslashes(text: str) -> str:
+    """"\\\\frac" (a backslash escaped twice, common in copied answers) -> "\\frac"; never inside a matrix or array,
+    where "\\\\" ends a row."""
+    return text if "\\begin" in text else _DOUBLED_BACKSLASH.sub(r"\\", text)
 
 
 def strip_latex_decorations(answer: str, keep_percent: bool = False) -> str:
@@ -44,6 +51,7 @@ def strip_latex_decorations(answer: str, keep_percent: bool = False) -> str:
     degrees, percent signs (unless keep_percent), \\dfrac/\\tfrac, a leading "x =" and trailing
     full stops. Spacing and case are kept (the parser needs them)."""
     text = str(answer).strip()
+    text = undouble_backslashes(text)
     text = text.replace("{,}", ",").replace("\\!", "").replace("\\,", "").replace("\\;", "").replace("\\ ", " ")
     text = text.replace("\\$", "$").replace("$", "").replace("\\left", "").replace("\\right", "")
     if not _TRIG.search(text):  # 90^\\circ = 90, but \\sin 30^\\circ is not \\sin 30 (radians)
@@ -271,12 +279,36 @@ def symbolically_equal(prediction: str, gold: str) -> bool:
             return False  # over a size limit: not handed to anyone
         if any(_DEGREES.search(strip_latex_decorations(text)) for text in (prediction, gold)):
             return False  # degrees inside a function (\\sin 30^\\circ): Math-Verify drops them, so it is not asked
-        return default_checker().equivalent_texts(_as_latex(prediction), _as_latex(gold)) is True
+        return default_checker().equivalent_texts(_as_latex(undouble_backslashes(prediction)),
+                                                  _as_latex(undouble_backslashes(gold))) is True
     except (ValueError, ZeroDivisionError):
         return False
     if prediction_tree == gold_tree:
         return True
-    return default_checker().equivalent(prediction_tree, gold_tree) is True
+    checker = default_checker()
+    if checker.equivalent(prediction_tree, gold_tree) is True:
+        return True
+    for decimal, tree, other in ((prediction, prediction_tree, gold_tree), (gold, gold_tree, prediction_tree)):
+        places = long_decimal_places(decimal)
+        if places is not None and long_decimal_places(gold if decimal is prediction else prediction) is None:
+            return checker.within(other, tree, places) is True
+    return False
+
+
+LONG_DECIMAL_DIGITS = 12
+"""A decimal written with at least this many significant digits is read as the value it was printed from:
+0.0833333333333333 = 1/12 and 4.123105625617661 = \\sqrt{17} (within one unit of its last place), while
+1.41421356 != \\sqrt{2} and 0.333 != 1/3 stay exact."""
+_PLAIN_DECIMAL = re.compile(r"\s*[+-]?(\d*)\.(\d+)\s*")
+
+
+def long_decimal_places(answer: str) -> int | None:
+    """The decimal places of an answer that is a plain decimal with >= LONG_DECIMAL_DIGITS significant digits."""
+    match = _PLAIN_DECIMAL.fullmatch(strip_latex_decorations(answer))
+    if not match:
+        return None
+    digits = (match.group(1) + match.group(2)).lstrip("0")
+    return len(match.group(2)) if LONG_DECIMAL_DIGITS <= len(digits) <= 60 else None
 
 
 def math_answers_equal(prediction: str | None, gold: str, symbolic: bool = True) -> bool:

@@ -43,16 +43,24 @@ def grade_answer(example, answer: str | None) -> tuple[bool, float]:
     return bool(em), f1
 
 
+def _rfind_dollar(text: str, end: int) -> int:
+    """The last unescaped "$" before `end` (\\$ is a dollar sign inside math), else -1."""
+    position = text.rfind("$", 0, end)
+    while position > 0 and text[position - 1] == "\\":
+        position = text.rfind("$", 0, position - 1)
+    return position
+
+
 def last_math_span(text: str) -> str | None:
     """The content of the math span that ends last: $...$, $$...$$, \\(...\\) or \\[...\\] (None when there is none or
     it is empty). Linear time: each delimiter is found once from the right, never by a lazy regex."""
     best_end, best = -1, None
-    closer = text.rfind("$")
+    closer = _rfind_dollar(text, len(text))
     if closer != -1:
         start = closer
         while start > 0 and text[start - 1] == "$":
             start -= 1
-        opener = text.rfind("$", 0, start)
+        opener = _rfind_dollar(text, start)
         if opener != -1:
             best_end, best = closer, text[opener + 1 : start]
     for open_, close in (("\\(", "\\)"), ("\\[", "\\]")):
@@ -71,6 +79,10 @@ def final_answer(text: str, task: str) -> str | None:
     last number not glued to a word; else None."""
     if not isinstance(text, str):
         return None
+    if task == "math" and not ("<answer>" in text and "</answer>" in text):
+        answer = _math_answer_without_block(text)
+        if answer is not None:
+            return answer
     answer = extract_answer(text)
     if answer is None and task == "math":
         answer = last_math_span(text)
@@ -81,6 +93,69 @@ def final_answer(text: str, task: str) -> str | None:
             number = parse_number(numbers[-1]) if numbers else None
             answer = None if number is None else str(number)
     return answer
+
+
+_FINAL_ANSWER = re.compile(r"final answer(?:\s*is)?\s*:?", re.IGNORECASE)
+_IS = re.compile(r"\b(?:is|are|equals)\b")
+_SENTENCE_END = re.compile(r"\.(?:\s|$)|\n|I hope")
+_BOX_SEPARATOR = re.compile(r"(?:\s|[,;.$]|\\\[|\\\]|\\q?quad|\\text\s*\{\s*(?:and|or)\s*\}|\band\b|\bor\b)*")
+MAX_BOXES = 10
+
+
+def _boxes(text: str) -> list[tuple[int, int]]:
+    """(start, end) of the last boxes \\boxed{...} (up to MAX_BOXES, balanced braces), last first."""
+    found, end = [], len(text)
+    while len(found) < MAX_BOXES:
+        start = text.rfind("\\boxed", 0, end)
+        if start == -1:
+            break
+        brace = start + len("\\boxed")
+        while brace < len(text) and text[brace].isspace():
+            brace += 1
+        depth, close = 0, None
+        if brace < len(text) and text[brace] == "{":
+            for index in range(brace, len(text)):
+                depth += {"{": 1, "}": -1}.get(text[index], 0)
+                if depth == 0:
+                    close = index
+                    break
+        if close is not None:
+            found.append((start, close + 1))
+        end = start
+    return found
+
+
+def _math_answer_without_block(text: str) -> str | None:
+    """For math, before the plain \\boxed{} rule: a "Final Answer: ..." statement after the last box (its last math
+    span, else its last standalone number), or the last boxes of one statement joined into a list
+    ("\\boxed{-2} and \\boxed{1}" -> "-2, 1")."""
+    boxes = _boxes(text)
+    last_box_end = boxes[0][1] if boxes else -1
+    anchors = list(_FINAL_ANSWER.finditer(text[-20_000:]))
+    if anchors:
+        start = len(text) - len(text[-20_000:]) + anchors[-1].end()
+        if start > last_box_end:
+            statement = text[start:]
+            cut = _SENTENCE_END.search(statement, 1)
+            statement = statement[: cut.start()] if cut else statement
+            verb = list(_IS.finditer(statement))
+            statement = statement[verb[-1].end():] if verb else statement  # "The largest $n$ is 34" -> "34"
+            span = last_math_span(statement) if statement.count("$") >= 2 or "\\(" in statement else None
+            if span is not None:
+                return span
+            numbers = _STANDALONE_NUMBER.findall(statement)
+            if numbers:
+                return numbers[-1]
+    if len(boxes) > 1:
+        chosen = [boxes[0]]
+        for box in boxes[1:]:
+            if not _BOX_SEPARATOR.fullmatch(text[box[1] : chosen[-1][0]]):
+                break
+            chosen.append(box)
+        if len(chosen) > 1:
+            contents = [text[start:end][text[start:end].index("{") + 1 : -1].strip() for start, end in reversed(chosen)]
+            return ", ".join(contents)
+    return None
 
 
 _STANDALONE_NUMBER = re.compile(r"(?<![\w.,])[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?")

@@ -143,6 +143,10 @@ class SymbolicChecker:
         """True/False when the worker decided, None when it timed out or could not build the trees."""
         return self._ask({"a": a, "b": b})
 
+    def within(self, a: list, b: list, places: int) -> bool | None:
+        """Whether constant trees a and b differ by at most 10^-places (a long decimal b written from a), in the worker."""
+        return self._ask({"a": a, "b": b, "within": int(places)})
+
     def equivalent_texts(self, prediction: str, gold: str) -> bool | None:
         """Math-Verify's verdict on two LaTeX answers, in the worker (True/False), None when it timed out, could
         not parse them or Math-Verify is not installed."""

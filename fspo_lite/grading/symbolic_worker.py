@@ -222,29 +222,51 @@ class MathVerify:
         self.math_verify = math_verify
         self.targets = [math_verify.LatexExtractionConfig(boxed_match_priority=0)]
         self.available = True
+        for gold, prediction in WARM_UP:  # fixed texts, before the guard: sympy's lazy imports parse their own strings
+            self.verdict(gold, prediction)
+
+    def verdict(self, prediction, gold):
+        mv = self.math_verify
+        gold_parsed = mv.parse(gold, self.targets, parsing_timeout=None)
+        prediction_parsed = mv.parse(prediction, self.targets, parsing_timeout=None)
+        if not gold_parsed or not prediction_parsed:
+            return False
+        return bool(mv.verify(gold_parsed, prediction_parsed, float_rounding=FLOAT_ROUNDING, timeout_seconds=None))
 
     def equal(self, prediction, gold):
         if not self.available:
             raise Rejected("math-verify is not installed")
         if not (isinstance(prediction, str) and isinstance(gold, str)):
             raise Rejected("texts must be strings")
-        mv = self.math_verify
         for module, name, function in self.guarded:  # only while Math-Verify runs (sympy's own code parses strings)
             setattr(module, name, function)
         try:
-            gold_parsed = mv.parse(gold, self.targets, parsing_timeout=None)
-            prediction_parsed = mv.parse(prediction, self.targets, parsing_timeout=None)
-            if not gold_parsed or not prediction_parsed:
-                return False
-            return bool(mv.verify(gold_parsed, prediction_parsed, float_rounding=FLOAT_ROUNDING, timeout_seconds=None))
+            return self.verdict(prediction, gold)
         finally:
             for module, name, function in self.originals:
                 setattr(module, name, function)
 
 
+WARM_UP = [("$y=2x+1$", "$2x-y+1=0$"), ("$x \\in [0, 1)$", "$0 \\le x < 1$"), ("$50\\%$", "$0.5$"),
+           ("$\\{1, 2\\}$", "$\\{2, 1\\}$"), ("$\\begin{pmatrix}1 & 2\\end{pmatrix}$", "$\\begin{pmatrix}1 & 2\\end{pmatrix}$"),
+           ("$10\\text{ cm}$", "$10$"), ("$\\sin^2 x + \\cos^2 x$", "$1$"), ("$1 \\pm \\sqrt{2}$", "$1+\\sqrt{2}, 1-\\sqrt{2}$")]
+"""Pairs Math-Verify grades once at start-up, before string parsing is guarded (sympy imports its unit tables on
+first use by parsing its own fixed strings)."""
 FLOAT_ROUNDING = 6
 """Math-Verify's float_rounding (its default): decimals compared after rounding to 6 places. Only answers the
 exact grammar cannot parse reach Math-Verify, so exact decimals elsewhere stay exact."""
+
+
+def within(a, b, places, sympy):
+    """A constant expression a and a long decimal b agree to `places` decimal places: |a - b| <= 10^-places (b is
+    a or a rounded or cut after its last digit). Only for expressions without symbols."""
+    if type(places) is not int or not 0 < places <= 60:
+        raise Rejected("malformed places")
+    a, b = build(a, sympy), build(b, sympy)
+    if a.free_symbols or b.free_symbols or any(x.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo) for x in (a, b)):
+        return False
+    difference = sympy.N(a - b, places + 20)
+    return bool(difference.is_number and abs(difference) <= sympy.Rational(1, 10**places))
 
 
 def _on_alarm(signum, frame):
@@ -273,6 +295,8 @@ def serve(soft_timeout, memory_mb):
             try:
                 if "texts" in request:
                     reply["equal"] = math_verify.equal(*request["texts"][:2])
+                elif "within" in request:
+                    reply["equal"] = within(request["a"], request["b"], request["within"], sympy)
                 else:
                     reply["equal"] = bool(trees_equal(request["a"], request["b"], sympy))
             finally:

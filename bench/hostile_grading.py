@@ -1,10 +1,12 @@
 """Benchmark: safe math grading on hostile answers and on many ordinary ones.
 
-    python bench/hostile_grading.py [--benign 2000]
+    python bench/hostile_grading.py [--benign 2000] [--cases 192]
 
 Prints the worker start-up time, the slowest hostile call (the issue asks for under 2 s each),
-whether anything executed (a sentinel file), and the throughput of ordinary answers that need
-the symbolic worker. Timings depend on the machine and its load: report them with both.
+whether anything executed (a sentinel file), the throughput of ordinary answers that need
+the symbolic worker, and the time per response graded on Math-Verify's regression cases
+(tests/math_verify_cases.json, graded by grade_response as evaluation grades) with the agreement.
+Timings depend on the machine and its load: report them with both.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from fspo_lite.grading import math_answers_equal  # noqa: E402
+import json  # noqa: E402
+
+from fspo_lite.data import QAExample  # noqa: E402
+from fspo_lite.grading import grade_response, math_answers_equal  # noqa: E402
 from fspo_lite.grading.symbolic import default_checker  # noqa: E402
 from hostile_math import hostile_answers  # noqa: E402
 
@@ -43,6 +48,7 @@ def benign_pairs(count: int, seed: int = 0) -> list[tuple[str, str, bool]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--benign", type=int, default=2000, help="ordinary answer pairs to grade")
+    parser.add_argument("--cases", type=int, default=192, help="Math-Verify regression cases to grade (0: none)")
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -70,6 +76,18 @@ def main() -> int:
     elapsed = time.perf_counter() - started
     print(f"ordinary answers: {len(pairs)} symbolic comparisons ({len(set(pairs))} distinct) in {elapsed:.2f} s "
           f"({len(pairs) / elapsed:.0f}/s, {1000 * elapsed / len(pairs):.2f} ms each); wrong verdicts: {wrong}")
+    cases = json.loads((ROOT / "tests" / "math_verify_cases.json").read_text(encoding="utf-8"))["cases"][: args.cases]
+    if cases:
+        timings, agree = [], 0
+        for case in cases:
+            started = time.perf_counter()
+            _, correct, _ = grade_response(QAExample("mv", "q", [case["gold"]], task="math"), case["prediction"])
+            timings.append(time.perf_counter() - started)
+            agree += correct is case["expected"]
+        timings.sort()
+        print(f"Math-Verify cases: {len(cases)} responses graded in {sum(timings):.2f} s; per response median "
+              f"{timings[len(timings) // 2] * 1000:.1f} ms, slowest {timings[-1]:.3f} s; agree with its verdicts "
+              f"{agree}/{len(cases)} (no case excluded here)")
     print(f"worker stats: {default_checker().stats}")
     return 0
 

@@ -214,3 +214,25 @@ def test_math_verify_regression_cases(capsys):
               f"{len(false_equalities)} false equalities, {len(missed)} equalities missed")
     assert false_equalities == []
     assert agree / len(cases) >= AGREEMENT_FLOOR
+
+
+def test_no_false_equality_on_the_hostile_corpus(tmp_path):
+    """No hostile answer equals a small number (either direction); the hand-labelled unequal pairs are checked in
+    tests/test_reliability.py."""
+    from hostile_math import hostile_answers
+
+    equal = [(name, gold) for name, answer in hostile_answers(tmp_path / "sentinel") for gold in ("0", "1", "2", "-2")
+             if math_answers_equal(answer, gold) or math_answers_equal(gold, answer)]
+    assert equal == []
+    assert not (tmp_path / "sentinel").exists()
+
+
+def test_hostile_grading_benchmark_runs():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, str(root / "bench" / "hostile_grading.py"), "--benign", "10",
+                             "--cases", "12"], capture_output=True, text=True, timeout=600, cwd=root)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "sentinel created: False" in result.stdout and "Math-Verify cases: 12 responses" in result.stdout

@@ -236,3 +236,40 @@ def test_hostile_grading_benchmark_runs():
                              "--cases", "12"], capture_output=True, text=True, timeout=600, cwd=root)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "sentinel created: False" in result.stdout and "Math-Verify cases: 12 responses" in result.stdout
+
+
+def test_math_verify_runs_under_the_worker_alarm():
+    """Math-Verify's own signal timeouts are off in the worker: the worker's alarm stops a slow comparison
+    (no kill, no restart) and the worker answers the next request."""
+    from fspo_lite.grading.symbolic import SymbolicChecker
+
+    checker = SymbolicChecker(timeout=1.0)
+    try:
+        slow = checker.equivalent_texts("$(a+b+c+d)^{60} = 0$", "$(a+b+c+d)^{60} = 1$")
+        assert slow is None and checker.stats["timeouts"] == 1 and checker.stats["restarts"] == 0
+        assert checker.equivalent_texts("$x \\geq 5$", "$5 \\leq x$") is True
+        assert checker.equivalent_texts("$x \\geq 5$", "$x \\leq 5$") is False
+    finally:
+        checker.close()
+
+
+def test_worker_guard_passes_numerals_only():
+    """While Math-Verify runs, sympy's string parser takes a plain numeral and refuses any other text."""
+    import importlib.util
+
+    from fspo_lite.grading.symbolic import WORKER_SCRIPT
+
+    spec = importlib.util.spec_from_file_location("symbolic_worker_under_test", WORKER_SCRIPT)
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    verifier = worker.MathVerify()
+    assert verifier.available
+    guard = verifier.guarded[0][2]
+    assert str(guard("100")) == "100" and str(guard("-2.5e3")) == "-2500.00000000000"
+    for text in ("__import__('os').system('true')", "x", "1+1", "1" * 300):
+        with pytest.raises(worker.Rejected):
+            guard(text)
+    # the originals are back once a call is over
+    import sympy.parsing.sympy_parser as sympy_parser
+
+    assert verifier.equal("$1$", "$1$") is True and sympy_parser.parse_expr is verifier.originals[1][2]

@@ -21,6 +21,7 @@ from fspo_lite.data import QAExample
 from fspo_lite.evaluation import harness
 from fspo_lite.grading import final_answer, grade_response, math_answers_equal, outcome_reward
 from fspo_lite.grading.latex_tokens import GREEK
+from fspo_lite.grading.symbolic import default_checker
 from fspo_lite.verifiers import LexicalVerifier
 
 CASES = Path(__file__).with_name("math_verify_cases.json")
@@ -196,22 +197,41 @@ AGREEMENT_FLOOR = 0.95
 """The issue's target: at least 95% of the counted cases agree with Math-Verify's expected verdicts."""
 
 
-def test_math_verify_regression_cases(capsys):
+def test_math_verify_regression_cases(capsys, monkeypatch):
+    """Graded as evaluation grades (grade_response, the default worker and its timeout). A check that ran out of
+    time (the worker's timeout counts as "not equal") is graded again with a patient worker, so that a loaded
+    machine does not change the verdict on the rules; how many needed it is printed."""
+    from fspo_lite.grading import symbolic
+
     document = json.loads(CASES.read_text(encoding="utf-8"))
     assert "MIT License" in document["licence"] and len(document["commit"]) == 40
     cases = [c for c in document["cases"] if (c["gold"], c["prediction"]) not in EXCLUDED]
     assert len(document["cases"]) == 192 and len(cases) == 186
-    agree, false_equalities, missed = 0, [], []
-    for case in cases:
-        _, correct, _ = grade_response(QAExample("mv", "q", [case["gold"]], task="math"), case["prediction"])
-        agree += correct is case["expected"]
-        if correct and not case["expected"]:
-            false_equalities.append(case)
-        elif case["expected"] and not correct:
-            missed.append(case["test"])
+    checker = default_checker()
+    patient = symbolic.SymbolicChecker(timeout=20.0)
+    verdicts, slow = [], []
+    try:
+        for case in cases:
+            example = QAExample("mv", "q", [case["gold"]], task="math")
+            timeouts = checker.stats["timeouts"]
+            _, correct, _ = grade_response(example, case["prediction"])
+            if checker.stats["timeouts"] != timeouts:
+                slow.append(case)
+                with monkeypatch.context() as patch:
+                    patch.setattr(symbolic, "_default", patient)
+                    _, correct, _ = grade_response(example, case["prediction"])
+            verdicts.append((case, correct))
+    finally:
+        patient.close()
+    agree = sum(correct is case["expected"] for case, correct in verdicts)
+    false_equalities = [case for case, correct in verdicts if correct and not case["expected"]]
+    missed = [f"{case['gold'][:40]!r} vs {case['prediction'][:40]!r}" for case, correct in verdicts
+              if case["expected"] and not correct]
     with capsys.disabled():
         print(f"\nMath-Verify test_all.py cases: {agree}/{len(cases)} agree ({agree / len(cases):.1%}), "
-              f"{len(false_equalities)} false equalities, {len(missed)} equalities missed")
+              f"{len(false_equalities)} false equalities, {len(missed)} equalities missed; "
+              f"{len(slow)} checks ran out of the default worker's time and were graded again with more")
+        print("  missed: " + "\n  missed: ".join(missed))
     assert false_equalities == []
     assert agree / len(cases) >= AGREEMENT_FLOOR
 
@@ -273,3 +293,13 @@ def test_worker_guard_passes_numerals_only():
     import sympy.parsing.sympy_parser as sympy_parser
 
     assert verifier.equal("$1$", "$1$") is True and sympy_parser.parse_expr is verifier.originals[1][2]
+
+
+@pytest.mark.parametrize("decimal, exact, equal", [
+    ("0.0833333333333333", "\\frac{1}{12}", True), ("4.123105625617661", "\\sqrt{17}", True),
+    ("3.14159265358979", "\\pi", True), ("0.0833333333333999", "\\frac{1}{12}", False),
+    ("1.41421356", "\\sqrt{2}", False), ("3.141592653", "\\pi", False), ("0.333", "\\frac{1}{3}", False),
+    ("0.3333333333333333\\%", "\\frac{1}{3}", False),
+])
+def test_long_decimals_are_read_as_printed_values(decimal, exact, equal):
+    assert math_answers_equal(decimal, exact) is equal and math_answers_equal(exact, decimal) is equal

@@ -286,13 +286,26 @@ def symbolically_equal(prediction: str, gold: str) -> bool:
     if prediction_tree == gold_tree:
         return True
     checker = default_checker()
-    if checker.equivalent(prediction_tree, gold_tree) is True:
-        return True
+    verdict = checker.equivalent(prediction_tree, gold_tree)
+    if verdict is not False:  # equal, or no verdict in time: no second request (one call stays within one timeout)
+        return verdict is True
     for decimal, tree, other in ((prediction, prediction_tree, gold_tree), (gold, gold_tree, prediction_tree)):
         places = long_decimal_places(decimal)
         if places is not None and long_decimal_places(gold if decimal is prediction else prediction) is None:
             return checker.within(other, tree, places) is True
     return False
+
+
+def _long_decimal_matches(prediction: str, pred_quantity: Quantity, gold: str, target_quantity: Quantity) -> bool:
+    """Exactly one side is a long decimal (see LONG_DECIMAL_DIGITS) within one unit of its last place of the other
+    (plain numbers, no percent or unit): 0.0833333333333333 = \\frac{1}{12}, computed exactly with Fractions."""
+    if pred_quantity.percent or target_quantity.percent or pred_quantity.unit or target_quantity.unit:
+        return False
+    places = [long_decimal_places(prediction), long_decimal_places(gold)]
+    if (places[0] is None) == (places[1] is None):
+        return False
+    bound = Fraction(1, 10 ** (places[0] if places[0] is not None else places[1]))
+    return abs(pred_quantity.value - target_quantity.value) <= bound
 
 
 LONG_DECIMAL_DIGITS = 12
@@ -330,7 +343,9 @@ def math_answers_equal(prediction: str | None, gold: str, symbolic: bool = True)
     if pred_quantity is not None and target_quantity is not None:
         if isinstance(pred_quantity.value, TooLarge) or isinstance(target_quantity.value, TooLarge):
             return pred == target
-        return quantities_equal(pred_quantity, target_quantity)
+        if quantities_equal(pred_quantity, target_quantity):
+            return True
+        return _long_decimal_matches(prediction, pred_quantity, gold, target_quantity)
     if pred == target:
         return True
     return symbolic and symbolically_equal(prediction, gold)

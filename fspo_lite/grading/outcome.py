@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..text import extract_answer, hotpot_em_f1, is_unknown, parse_number, parse_response
-from .equivalence import math_answers_equal, read_quantity, strip_latex_decorations
+from .equivalence import MAX_ANSWER_CHARS, math_answers_equal, read_quantity, strip_latex_decorations
 from .latex_math import ParseError, parse_math
 
 
@@ -37,7 +37,9 @@ def grade_answer(example, answer: str | None) -> tuple[bool, float]:
     if answer is None:
         return False, 0.0
     if example.task == "math":
-        correct = any(math_answers_equal(answer, gold) for gold in example.answers)
+        golds = [gold if len(str(gold)) <= MAX_ANSWER_CHARS else (final_answer(str(gold), "math") or gold)
+                 for gold in example.answers]  # a gold that is a whole worked solution is read like a response
+        correct = any(math_answers_equal(answer, gold) for gold in golds)
         return correct, float(correct)
     em, f1 = hotpot_em_f1(answer, example.answers)
     return bool(em), f1
@@ -103,25 +105,31 @@ MAX_BOXES = 10
 
 
 def _boxes(text: str) -> list[tuple[int, int]]:
-    """(start, end) of the last boxes \\boxed{...} (up to MAX_BOXES, balanced braces), last first."""
-    found, end = [], len(text)
-    while len(found) < MAX_BOXES:
+    """(start, end) of the closed boxes \\boxed{...} among the last MAX_BOXES ones (balanced braces), last first.
+    Linear time: the braces after the earliest of them are matched in one pass."""
+    starts, end = [], len(text)
+    while len(starts) < MAX_BOXES:
         start = text.rfind("\\boxed", 0, end)
         if start == -1:
             break
+        starts.append(start)
+        end = start
+    if not starts:
+        return []
+    closers, stack = {}, []
+    for index in range(starts[-1], len(text)):
+        char = text[index]
+        if char == "{":
+            stack.append(index)
+        elif char == "}" and stack:
+            closers[stack.pop()] = index
+    found = []
+    for start in starts:
         brace = start + len("\\boxed")
         while brace < len(text) and text[brace].isspace():
             brace += 1
-        depth, close = 0, None
-        if brace < len(text) and text[brace] == "{":
-            for index in range(brace, len(text)):
-                depth += {"{": 1, "}": -1}.get(text[index], 0)
-                if depth == 0:
-                    close = index
-                    break
-        if close is not None:
-            found.append((start, close + 1))
-        end = start
+        if brace in closers:
+            found.append((start, closers[brace] + 1))
     return found
 
 

@@ -4,10 +4,12 @@
   normalised strings, then a symbolic check; nothing in model output is ever evaluated;
 - `latex_tokens` and `latex_math`: the lexer and the fixed grammar that parse math answers into plain syntax
   trees;
-- `symbolic`: the sandboxed worker processes that compare those trees with sympy, and
-  `symbolic_worker`, the standalone script they run (started by file path, imports no fspo_lite);
-- `outcome`: the outcome reward of a response (answer F1 or EM for QA, equivalence for math,
-  the format penalty), shared by training, evaluation and the base-model probes.
+- `symbolic`: the sandboxed worker processes that compare those trees with sympy (and, for answers outside the
+  grammar, LaTeX strings with Math-Verify), and `symbolic_worker`, the standalone script they run (started by file
+  path, imports no fspo_lite);
+- `outcome`: `grade_response`, the one reading (`final_answer`) and grading of a response, and the outcome reward
+  built on it (answer F1 or EM for QA, equivalence for math, the format penalty), shared by training, evaluation
+  and the base-model probes.
 
 The names below are the package's public interface (`from fspo_lite.grading import ...`).
 """

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from . import algos
 from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import Config, validate_config
+from .config import Config, ConfigError, validate_config
 from .data import QAExample
 from .distributed import Distributed, loss_normalisers
 from .engines import build_rollout_engine
@@ -38,7 +38,7 @@ from .rollout import Rollout
 from .training_log import MetricsLogger, append_jsonl, truncate_jsonl
 from .training_set import ExampleSampler, load_training_examples
 from .verdicts import SentenceVerdicts, response_views, sentence_mask, verify_sentences
-from .verifiers import Verifier, build_verifier
+from .verifiers import VERIFIERS, Verifier, build_verifier
 
 
 class TrainingError(RuntimeError):
@@ -83,12 +83,24 @@ def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor
     return algos.token_advantages(scored.rewards, completion_mask, group_size, scale, scored.sentence_mask)
 
 
+def check_settings(config: Config) -> None:
+    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words) and
+    the names the registries hold (reward.method, verifier.name); ConfigError naming the key."""
+    validate_config(config)
+    try:
+        parse_method(config.reward.method)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if config.verifier.name not in VERIFIERS:
+        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
+
+
 class Trainer:
     """Owns the model, optimizer, rollout engine and verifier; `train()` runs config.train.steps steps."""
 
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
                  verifier=None, progress: bool = True):
-        validate_config(config)  # before any model loads (load_config checks too; configs built in code come here)
+        check_settings(config)  # before any model loads (load_config checks ranges too; configs built in code come here)
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)

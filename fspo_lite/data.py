@@ -118,6 +118,46 @@ def _as_answers(value: Any, where: str = "") -> list[str]:
     return answers
 
 
+MAX_QUESTION_CHARS = 20_000
+"""Longest question a row may hold (the longest in the data folder's files: 4,309 characters, a SimpleRL math
+problem). A longer one is a broken or hostile row: a 50 MB question took minutes to tokenize before the prompt
+was cut to data.max_prompt_tokens."""
+MAX_ANSWER_CHARS = 10_000
+"""Longest gold answer (answers are compared by F1 and math equivalence, which need short strings)."""
+MAX_TEXT_CHARS = 200_000
+"""Longest evidence text, and longest string anywhere in a row (the data folder's longest evidence: 10,946)."""
+
+
+def _lone_surrogate(text: str) -> int | None:
+    """Index of the first lone surrogate code point in `text` (JSON's \\ud800 escapes decode to one), else None.
+    No tokenizer can encode one: it crashed tokenization after the model had loaded."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
+
+
+def check_text_fields(value: Any, where: str, field_name: str = "", limit: int = MAX_TEXT_CHARS) -> None:
+    """DataError naming the row and field when a string anywhere in `value` (nested lists and objects too) holds a
+    lone surrogate or is longer than `limit` characters."""
+    if isinstance(value, str):
+        index = _lone_surrogate(value)
+        if index is not None:
+            raise DataError(f"{where}: field '{field_name}' holds a lone surrogate (U+{ord(value[index]):04X} at "
+                            f"character {index}), which is not text a tokenizer can encode")
+        if len(value) > limit:
+            raise DataError(f"{where}: field '{field_name}' has {len(value):,} characters; at most {limit:,} are "
+                            "accepted")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_text_fields(str(key), where, f"{field_name}.{key}".strip(".") + " (its name)", limit)
+            check_text_fields(item, where, f"{field_name}.{key}".strip("."), limit)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            check_text_fields(item, where, field_name, limit)
+
+
 def _gsm8k_final(answer: str) -> str:
     """GSM8K hub answers end with '#### 42'; the data folder's files hold just '42'."""
     return answer.split("####")[-1].strip().replace(",", "") if "####" in answer else answer
@@ -131,9 +171,12 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
     question = _first(row, "question", "problem", "query", "prompt")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field 'question' is missing, empty or not a string")
+    check_text_fields(question, where, "question", MAX_QUESTION_CHARS)
     answers = _as_answers(_first(row, "answers", "answer", "right_answer", "best_answer", "solution"), where)
     if not answers:
         raise DataError(f"{where}: no answer field (answers / answer / right_answer / best_answer)")
+    check_text_fields(answers, where, "answers", MAX_ANSWER_CHARS)
+    check_text_fields(row, where)  # evidence, ids and extra fields: no lone surrogate, no string over MAX_TEXT_CHARS
     canonical = "task" in row  # rows written by this project (save_examples) carry their own source
     task = row.get("task") or ("math" if any(s in source.lower() for s in MATH_SOURCES) else "qa")
     if task not in TASKS:
@@ -214,6 +257,17 @@ def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, 
 
 
 def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
+    """The rows of a local file; DataError when it holds none at all (an empty file said nothing clear later:
+    "max() arg is an empty sequence")."""
+    count, skipped = 0, stats.get("skipped", 0)
+    for item in _file_rows(path, skip_bad, stats):
+        count += 1
+        yield item
+    if not count and stats.get("skipped", 0) == skipped:
+        raise DataError(f"{path}: the file holds no rows (it is empty)")
+
+
+def _file_rows(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         yield from _read_jsonl(path, skip_bad, stats)
@@ -297,7 +351,19 @@ def read_rows(spec: str, skip_bad_rows: bool = False, stats: dict | None = None)
     stats.setdefault("skipped", 0)
     _, path = resolve_source(spec)
     rows = _rows_from_hub(spec[3:]) if path is None else _rows_from_path(path, skip_bad_rows, stats)
-    return [_plain(row) for _, row in rows]
+    unit = {".jsonl": ":", ".json": ": item "}.get(path.suffix.lower() if path is not None else "", ": row ")
+    kept = []
+    for number, row in rows:
+        row = _plain(row)
+        try:
+            check_text_fields(row, f"{path if path is not None else spec}{unit}{number}")
+        except DataError as error:
+            if not skip_bad_rows:
+                raise DataError(f"{error} (data.skip_bad_rows=true skips and counts malformed rows)") from None
+            stats["skipped"] += 1
+            continue
+        kept.append(row)
+    return kept
 
 
 def load_examples(

@@ -280,7 +280,7 @@ def test_bom_folder_and_empty_file(tmp_path):
         load_examples(str(folder), skip_bad_rows=True)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    with pytest.raises(DataError, match="empty.jsonl: no training examples"):
+    with pytest.raises(DataError, match="empty.jsonl: the file holds no rows"):  # before: "no training examples", after the whole mixture
         load_training_examples(load_config(None, [f"data.train={empty}"]))
 
 

@@ -12,15 +12,6 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set train.steps=2 (repeatable)")
 
 
-def _checked_shortcuts(config, shortcuts: dict) -> None:
-    """Apply a command's option shortcuts (section.key -> value; None: not given) to `config` and run the same
-    range checks as --set, so `--limit 0` or `--temperature nan` stop here, before any model loads."""
-    from .config import apply_overrides, validate_config
-
-    apply_overrides(config, {key: value for key, value in shortcuts.items() if value is not None})
-    validate_config(config)
-
-
 def cmd_train(args) -> int:
     from .config import load_config
     from .trainer import Trainer, describe
@@ -69,12 +60,12 @@ def parse_band(text: str) -> list[float]:
 
 
 def cmd_filter(args) -> int:
-    from .config import load_config
+    from .config import apply_shortcuts, load_config
     from .drivers.filtering import plot_filter, run_filter
 
     band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
-    config = load_config(args.config, args.overrides)
-    _checked_shortcuts(config, {"filter.samples": args.samples, "filter.top": args.top})
+    config = apply_shortcuts(load_config(args.config, args.overrides), {"filter.samples": args.samples,
+                                                                       "filter.top": args.top})
     result = run_filter(config, args.samples, args.top, band, args.output, command=_command_line())
     print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
           f"train on them with --set data.filter_path={result.path}")
@@ -108,10 +99,9 @@ def cmd_sweep_prompts(args) -> int:
 
 def cmd_klcf_checklist(args) -> int:
     from .drivers.checklist import build_checklist_file
-    from .config import load_config
+    from .config import apply_shortcuts, load_config
 
-    config = load_config(args.config, args.overrides)
-    _checked_shortcuts(config, {"klcf.checklist_samples": args.samples})
+    config = apply_shortcuts(load_config(args.config, args.overrides), {"klcf.checklist_samples": args.samples})
     path, checklists = build_checklist_file(config, args.samples, args.output, command=_command_line())
     facts = [len(c) for c in checklists.values()]
     print(f"{len(facts)} questions, {sum(facts)} checklist facts ({sum(facts) / max(len(facts), 1):.2f} per question, "
@@ -119,39 +109,17 @@ def cmd_klcf_checklist(args) -> int:
     return 0
 
 
-def _source_shortcuts(items: list[str], benchmarks: list[str]) -> dict[str, str]:
-    """--source NAME=DATA options as evaluation.sources overrides; ConfigError for a name that is no benchmark or
-    is not run, or no data, and DataError for a file that is not there (all before any model loads)."""
-    from .config import ConfigError
-    from .data import resolve_source
-    from .evaluation.benchmarks import BENCHMARKS
-
-    sources = {}
-    for item in items:
-        name, equals, spec = (part.strip() for part in item.partition("="))
-        if not equals or not name or not spec:
-            raise ConfigError(f"--source {item!r} must look like NAME=DATA, e.g. kbqa=my_questions.jsonl")
-        if name not in BENCHMARKS:
-            raise ConfigError(f"--source {name}=...: unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
-        if name not in benchmarks:
-            raise ConfigError(f"--source {name}=...: benchmark {name!r} is not run (evaluation.benchmarks: "
-                              f"{', '.join(benchmarks)}); add it with --benchmarks")
-        if not spec.startswith("hf:"):
-            resolve_source(spec)  # DataError naming a missing file or bundled set
-        sources[f"evaluation.sources.{name}"] = spec
-    return sources
-
-
 def cmd_eval(args) -> int:
-    from .config import load_config
+    from .config import apply_shortcuts, load_config
     from .evaluation import evaluate
 
     shortcuts = {"model.name": args.model, "model.adapter_path": args.adapter, "evaluation.benchmarks": args.benchmarks,
                  "evaluation.limit": args.limit, "evaluation.samples": args.samples,
                  "evaluation.temperature": args.temperature, "evaluation.output_dir": args.output}
-    config = load_config(args.config, args.overrides)
-    _checked_shortcuts(config, shortcuts)
-    _checked_shortcuts(config, _source_shortcuts(args.source, config.evaluation.benchmarks))
+    for item in args.source:  # NAME=DATA; evaluate checks the name and reads the data before the model loads
+        name, _, spec = item.partition("=")
+        shortcuts[f"evaluation.sources.{name.strip()}"] = spec.strip()
+    config = apply_shortcuts(load_config(args.config, args.overrides), shortcuts)  # the range checks of --set
     result = evaluate(config, progress=not args.quiet)
     result.summary["command"] = _command_line()
     result.save(config.evaluation.output_dir)

@@ -584,6 +584,14 @@ def apply_overrides(config: Config, overrides: list[str] | dict[str, Any]) -> Co
     return config
 
 
+def apply_shortcuts(config: Config, values: dict[str, Any]) -> Config:
+    """A command's option shortcuts ({'section.key': value}, None: option not given) applied like --set and then
+    range-checked (`validate_config`), so `eval --limit 0` or `--temperature nan` stop before any model loads."""
+    apply_overrides(config, {key: value for key, value in values.items() if value is not None})
+    validate_config(config)
+    return config
+
+
 def _split_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ConfigError(f"override {_shown(text)} must look like section.key=value")

@@ -18,7 +18,6 @@ common hub releases load as they are.
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .data_files import DataFolderError, require
+from .row_limits import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, MAX_TEXT_CHARS, decode_json, text_problem
 
 # The bundled samples: data/ at the root of a checkout; an installed wheel carries a copy as fspo_lite/bundled_data
 # (setup.py), which wins when present.
@@ -118,44 +118,12 @@ def _as_answers(value: Any, where: str = "") -> list[str]:
     return answers
 
 
-MAX_QUESTION_CHARS = 20_000
-"""Longest question a row may hold (the longest in the data folder's files: 4,309 characters, a SimpleRL math
-problem). A longer one is a broken or hostile row: a 50 MB question took minutes to tokenize before the prompt
-was cut to data.max_prompt_tokens."""
-MAX_ANSWER_CHARS = 10_000
-"""Longest gold answer (answers are compared by F1 and math equivalence, which need short strings)."""
-MAX_TEXT_CHARS = 200_000
-"""Longest evidence text, and longest string anywhere in a row (the data folder's longest evidence: 10,946)."""
-
-
-def _lone_surrogate(text: str) -> int | None:
-    """Index of the first lone surrogate code point in `text` (JSON's \\ud800 escapes decode to one), else None.
-    No tokenizer can encode one: it crashed tokenization after the model had loaded."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return error.start
-    return None
-
-
 def check_text_fields(value: Any, where: str, field_name: str = "", limit: int = MAX_TEXT_CHARS) -> None:
-    """DataError naming the row and field when a string anywhere in `value` (nested lists and objects too) holds a
-    lone surrogate or is longer than `limit` characters."""
-    if isinstance(value, str):
-        index = _lone_surrogate(value)
-        if index is not None:
-            raise DataError(f"{where}: field '{field_name}' holds a lone surrogate (U+{ord(value[index]):04X} at "
-                            f"character {index}), which is not text a tokenizer can encode")
-        if len(value) > limit:
-            raise DataError(f"{where}: field '{field_name}' has {len(value):,} characters; at most {limit:,} are "
-                            "accepted")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            check_text_fields(str(key), where, f"{field_name}.{key}".strip(".") + " (its name)", limit)
-            check_text_fields(item, where, f"{field_name}.{key}".strip("."), limit)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            check_text_fields(item, where, field_name, limit)
+    """DataError naming the row (`where`) and field when a string in `value` holds a lone surrogate or is longer
+    than `limit` characters (fspo_lite.row_limits)."""
+    problem = text_problem(value, field_name, limit)
+    if problem is not None:
+        raise DataError(f"{where}: {problem}")
 
 
 def _gsm8k_final(answer: str) -> str:
@@ -203,29 +171,6 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
         task=task,
         extra=extra,
     )
-
-
-def _reject_constant(name: str):
-    if name == "NaN":  # pandas writes a missing value as NaN (e.g. TruthfulQA's "source" field): read it as null
-        return None
-    raise ValueError(f"{name} is not a valid JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:20]} is out of range")
-    return value
-
-
-def decode_json(text: str):
-    """json.loads that accepts only standard JSON, plus NaN read as null (a missing value, as pandas writes it):
-    Infinity and numbers overflowing to inf are refused (ValueError); so are integers over Python's digit limit and nesting deep enough to
-    exhaust recursion (both as ValueError, whose message says which)."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
 
 
 def _json_problem(error: ValueError) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..config import ConfigError
 from ..prompts import prompt_text, render_prompt
 from ..grading import grade_answer, outcome_reward
 from ..verdicts import step_factuality, verify_sentences
@@ -351,6 +352,10 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
     for name in ev.benchmarks:
         if name not in BENCHMARKS:
             raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+    for name, spec in ev.sources.items():  # a misspelled --source NAME was ignored, and an empty DATA meant the default
+        if name not in BENCHMARKS or not str(spec).strip():
+            raise ConfigError(f"evaluation.sources.{name}={spec!r}: " + (f"no benchmark is called {name!r}; choose "
+                              f"from {', '.join(BENCHMARKS)}" if name not in BENCHMARKS else "no data given"))
     sources = {"kbqa": config.data.eval, **ev.sources}
     specs = {name: resolve(name, sources) for name in ev.benchmarks}
     # every benchmark's items before the model: a bad data file is reported in seconds

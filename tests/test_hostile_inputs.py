@@ -51,12 +51,13 @@ def one_line_error(capsys, argv) -> str:
 
 
 def alias_bomb() -> str:
-    """The "billion laughs": 9 levels of 9 aliases each, 9^9 = 387 million strings once expanded (about 350 bytes)."""
-    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    """The "billion laughs" under a known key: 9 levels of 9 aliases each, 9^9 = 387 million strings once expanded
+    (384 bytes); model.name expects a string, and the old error message printed the expanded list."""
+    lines = ["model:", "  name:", '    - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     for level in range(1, 9):
         previous, current = chr(ord("a") + level - 1), chr(ord("a") + level)
-        lines.append(f"{current}: &{current} [{', '.join(['*' + previous] * 9)}]")
-    return "\n".join(lines + ["train: *i"]) + "\n"
+        lines.append(f"    - &{current} [{','.join(['*' + previous] * 9)}]")
+    return "\n".join(lines) + "\n"
 
 
 def test_alias_bomb_is_refused_in_one_short_line_without_expanding(tmp_path):
@@ -71,7 +72,7 @@ def test_alias_bomb_is_refused_in_one_short_line_without_expanding(tmp_path):
     assert result.returncode == 1
     err = result.stderr.strip()
     assert len(err.splitlines()) == 1 and len(err) < 300, err[:500]
-    assert f"{bomb}:2:" in err and "aliases (*a) are not allowed" in err and "lol" not in err
+    assert f"{bomb}:4:" in err and "aliases (*a) are not allowed" in err and "lol" not in err
 
 
 @pytest.mark.parametrize("text, message", [

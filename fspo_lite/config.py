@@ -479,9 +479,18 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
 
 
+def _yaml_value_problem(error: Exception) -> str:
+    if isinstance(error, ValueError) and not isinstance(error, yaml.YAMLError):
+        return "an integer with more digits than Python converts (4300)"
+    return str(error).splitlines()[0]
+
+
 def _shown(value: Any, limit: int = 60) -> str:
     """repr(value) cut to `limit` characters, so an error line stays one short line whatever the value holds."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer over Python's 4300-digit limit for str()
+        return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
@@ -538,6 +547,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
                 return float(value)
             except ValueError:
                 pass
+            except OverflowError:  # an integer beyond float: infinite, which the range check refuses by name
+                return math.inf if value > 0 else -math.inf
         raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
     if annotation is str:
         if not isinstance(value, str):
@@ -600,8 +611,8 @@ def _split_override(text: str) -> tuple[str, Any]:
         return key.strip(), ""
     try:
         return key.strip(), parse_yaml(raw)
-    except yaml.YAMLError as error:
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer over Python's digit limit
+        problem = getattr(error, "problem", None) or _yaml_value_problem(error)
         raise ConfigError(f"--set {key.strip()}: the value is not valid YAML ({problem})") from None
 
 
@@ -618,10 +629,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
             values = parse_yaml(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as error:
             raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-        except yaml.YAMLError as error:
+        except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer over Python's digit limit
             mark = getattr(error, "problem_mark", None)
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            problem = getattr(error, "problem", None) or _yaml_value_problem(error)
             raise ConfigError(f"{where}: invalid YAML ({problem})") from None
         if values is None:
             raise ConfigError(f"{path}: the file holds no settings (empty, or only comments); leave out --config to "
@@ -802,7 +813,9 @@ def _check(condition: bool, key: str, value: Any, valid: str) -> None:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite (isfinite would overflow)
 
 
 def _value(config: Config, key: str) -> Any:

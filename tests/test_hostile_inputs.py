@@ -192,6 +192,18 @@ def test_named_bad_values_are_refused(override, key):
         load_config(TINY, [override])
 
 
+@pytest.mark.parametrize("override, message", [
+    ("train.seed=" + "1" + "0" * 400, r"^train.seed=1000.*\(401 characters\) is out of range"),
+    ("train.learning_rate=" + "1" + "0" * 400, r"^train.learning_rate=inf is out of range"),
+    ("train.seed=" + "9" * 5000, r"the value is not valid YAML \(an integer with more digits than Python converts"),
+])
+def test_integers_beyond_float_and_beyond_the_digit_limit_are_one_line(override, message):
+    """An integer over float's range made float() raise OverflowError; one over 4300 digits a bare ValueError."""
+    with pytest.raises(ConfigError, match=message) as error:
+        load_config(None, [override])
+    assert len(str(error.value)) < 300
+
+
 def test_word_choices_match_the_modules_that_read_them():
     from fspo_lite.engines import ROLLOUT_ENGINES
     from fspo_lite.evaluation.judges import JUDGES

@@ -476,7 +476,11 @@ class ConfigLoader(yaml.SafeLoader):
 
 def parse_yaml(text: str) -> Any:
     """A YAML document read with ConfigLoader (safe types only, no aliases, bounded depth, no duplicate keys)."""
-    return yaml.load(text, Loader=ConfigLoader)  # noqa: S506 - ConfigLoader is a SafeLoader
+    loader = ConfigLoader(text)  # what yaml.safe_load does, with the stricter SafeLoader subclass
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _yaml_value_problem(error: Exception) -> str:

@@ -100,6 +100,19 @@ def test_an_empty_config_file_is_refused(tmp_path, text):
         load_config(path)
 
 
+def test_the_strict_loader_is_still_a_safe_loader(tmp_path):
+    import yaml
+
+    from fspo_lite.config import ConfigLoader, parse_yaml
+
+    assert issubclass(ConfigLoader, yaml.SafeLoader)
+    for text in ["train: !!python/object/apply:os.system ['true']", "train: !!python/name:os.system"]:
+        with pytest.raises(yaml.YAMLError, match="could not determine a constructor"):
+            parse_yaml(text)
+    assert parse_yaml("train: {steps: 2, seed: 3}\nmodel: {name: tiny}") == {"train": {"steps": 2, "seed": 3},
+                                                                               "model": {"name": "tiny"}}
+
+
 def test_set_values_are_read_by_the_same_strict_loader():
     with pytest.raises(ConfigError, match=r"--set evaluation.benchmarks: the value is not valid YAML \(aliases"):
         load_config(None, ["evaluation.benchmarks=[&a kbqa, *a]"])

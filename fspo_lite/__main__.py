@@ -60,11 +60,12 @@ def parse_band(text: str) -> list[float]:
 
 
 def cmd_filter(args) -> int:
-    from .config import load_config
+    from .config import apply_shortcuts, load_config
     from .drivers.filtering import plot_filter, run_filter
 
     band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
-    config = load_config(args.config, args.overrides)
+    config = apply_shortcuts(load_config(args.config, args.overrides), {"filter.samples": args.samples,
+                                                                       "filter.top": args.top})
     result = run_filter(config, args.samples, args.top, band, args.output, command=_command_line())
     print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
           f"train on them with --set data.filter_path={result.path}")
@@ -98,9 +99,9 @@ def cmd_sweep_prompts(args) -> int:
 
 def cmd_klcf_checklist(args) -> int:
     from .drivers.checklist import build_checklist_file
-    from .config import load_config
+    from .config import apply_shortcuts, load_config
 
-    config = load_config(args.config, args.overrides)
+    config = apply_shortcuts(load_config(args.config, args.overrides), {"klcf.checklist_samples": args.samples})
     path, checklists = build_checklist_file(config, args.samples, args.output, command=_command_line())
     facts = [len(c) for c in checklists.values()]
     print(f"{len(facts)} questions, {sum(facts)} checklist facts ({sum(facts) / max(len(facts), 1):.2f} per question, "
@@ -109,17 +110,16 @@ def cmd_klcf_checklist(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .config import apply_overrides, load_config
+    from .config import apply_shortcuts, load_config
     from .evaluation import evaluate
 
     shortcuts = {"model.name": args.model, "model.adapter_path": args.adapter, "evaluation.benchmarks": args.benchmarks,
                  "evaluation.limit": args.limit, "evaluation.samples": args.samples,
                  "evaluation.temperature": args.temperature, "evaluation.output_dir": args.output}
-    config = load_config(args.config, args.overrides)
-    apply_overrides(config, {k: v for k, v in shortcuts.items() if v is not None})
-    for item in args.source:
+    for item in args.source:  # NAME=DATA; evaluate checks the name and reads the data before the model loads
         name, _, spec = item.partition("=")
-        apply_overrides(config, {f"evaluation.sources.{name.strip()}": spec.strip()})
+        shortcuts[f"evaluation.sources.{name.strip()}"] = spec.strip()
+    config = apply_shortcuts(load_config(args.config, args.overrides), shortcuts)  # the range checks of --set
     result = evaluate(config, progress=not args.quiet)
     result.summary["command"] = _command_line()
     result.save(config.evaluation.output_dir)

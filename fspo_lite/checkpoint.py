@@ -1,10 +1,13 @@
 """Checkpoints that survive crashes: written to a temporary folder, then renamed into place.
 
 A checkpoint holds the weights (the LoRA adapter in PEFT format, or the full model), the
-optimizer, the RNG states and the trainer state (step, data position). A manifest with every
-file's size and SHA-256 is written last; a folder without it is reported as partial, a file of
+optimizer, the RNG states, the trainer state (step, data position) and the run's config. A manifest
+with every file's size and SHA-256 is written last; a folder without it is reported as partial, a file of
 the wrong size as truncated and a file whose bytes changed (same size) as corrupt, each naming
-the file, instead of being loaded.
+the file, instead of being loaded. A manifest must vouch for every file (a SHA-256 each, the files a
+checkpoint needs all listed, no unlisted file), and `checkpoints/latest` must name a step folder inside
+`checkpoints/`; anything else is refused. `config_differences` compares a checkpoint's config with the
+current run's, for the trainer to refuse resuming another run.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -108,18 +112,34 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     return final
 
 
+STEP_FOLDER = re.compile(r"step-\d{6,}")
+"""The name of a checkpoint folder; `checkpoints/latest` holds one, nothing else."""
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     """The checkpoint `checkpoints/latest` points to, else the newest folder with a manifest, else None.
 
     The pointer is rewritten only after a checkpoint is complete, so a run killed while writing
     one resumes from the one before. A checkpoint damaged later is returned as it is, for
-    `verify_checkpoint` to report.
+    `verify_checkpoint` to report. A pointer that names anything but a step folder inside this
+    run's `checkpoints/` (`../../other/checkpoints/step-000003`, an absolute path, a link that leads
+    out) is a CheckpointError: resuming would load another run's weights.
     """
     root = Path(output_dir) / "checkpoints"
     pointer = root / "latest"
     if pointer.exists():
-        candidate = root / pointer.read_text().strip()
-        if candidate.name.startswith("step-") and candidate.is_dir():
+        try:
+            name = pointer.read_text(encoding="utf-8").strip()
+        except (UnicodeDecodeError, OSError) as error:
+            raise CheckpointError(f"{pointer} is unreadable ({type(error).__name__}); remove it to resume from the "
+                                  "newest complete checkpoint") from None
+        candidate = root / name
+        if not STEP_FOLDER.fullmatch(name) or (candidate.exists() and candidate.resolve().parent != root.resolve()):
+            shown = name if len(name) <= 80 else name[:80] + "..."
+            raise CheckpointError(f"{pointer} points to {shown!r}, which is not a step folder of this run "
+                                  f"(step-NNNNNN inside {root}); remove the pointer to resume from the newest "
+                                  "complete checkpoint")
+        if candidate.is_dir():
             return candidate
     complete = sorted(p for p in root.glob("step-*") if (p / MANIFEST).exists()) if root.exists() else []
     return complete[-1] if complete else None
@@ -150,20 +170,109 @@ def verify_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt ({error})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupt (no file list)")
-    for name, entry in manifest["files"].items():
+    listed = manifest["files"]
+    for name, entry in listed.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int)
+                and isinstance(entry.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])):
+            raise CheckpointError(f"checkpoint {path}: {MANIFEST} gives no size and SHA-256 for {name!r}, so it "
+                                  "cannot vouch for the file (manifests hold both since checksums were added)")
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise CheckpointError(f"checkpoint {path}: {MANIFEST} lists {name!r}, a file outside the checkpoint")
+    required = ["trainer_state.json", "rng.pt"]
+    if not (path / "sharded").exists():
+        required.append("optimizer.pt")
+    missing = [name for name in required if name not in listed]
+    if not any(name.startswith("model/") and name.endswith(".safetensors") for name in listed):
+        missing.append("model/*.safetensors")
+    if missing:
+        raise CheckpointError(f"checkpoint {path}: {MANIFEST} does not list {', '.join(missing)} (it was emptied or "
+                              "cut), so the checkpoint cannot be trusted")
+    unlisted = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != MANIFEST
+                      and str(p.relative_to(path)) not in listed)
+    if unlisted:
+        raise CheckpointError(f"checkpoint {path} holds files its {MANIFEST} does not list: {', '.join(unlisted[:3])}"
+                              f"{' ...' if len(unlisted) > 3 else ''} (added or renamed after it was written)")
+    for name, entry in listed.items():
         file = path / name
-        # older manifests hold the size only; newer ones {"size": n, "sha256": hex}
-        size, digest = (entry, None) if isinstance(entry, int) else (entry.get("size"), entry.get("sha256"))
+        size, digest = entry["size"], entry["sha256"]
         if not file.exists():
             raise CheckpointError(f"checkpoint {path} is partial: {name} is missing")
         if file.stat().st_size != size:
             raise CheckpointError(
                 f"checkpoint {path} is truncated: {name} has {file.stat().st_size} bytes, expected {size}"
             )
-        if digest is not None and file_sha256(file) != digest:
+        if file_sha256(file) != digest:
             raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its SHA-256 in {MANIFEST} "
                                   "(the file changed after it was written)")
     return manifest
+
+
+RESUME_MAY_CHANGE = ("train.steps", "train.resume", "train.save_every", "train.output_dir", "train.tensorboard",
+                     "train.max_bad_steps", "evaluation.", "filter.", "verifier.device", "verifier.batch_size",
+                     "verifier.request_timeout", "rollout.vllm_server_timeout")
+"""Config keys (or section prefixes ending in '.') a resumed run may set differently from the run that wrote the
+checkpoint: how long to run, where and how often to save and log, and settings that do not change what is
+trained. Any other difference (method, learning rate, seed, data, LoRA rank, ...) means another run."""
+
+
+def _flat(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and prefix == "":
+            flat.update(_flat(value, f"{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def config_differences(saved: dict, current: dict, may_change: tuple[str, ...] = RESUME_MAY_CHANGE) -> list[str]:
+    """'key: <saved> in the checkpoint, <current> now' for every config key whose value differs between a
+    checkpoint's config (`saved`, as read from its config.yaml) and the current one (`current`, Config.to_dict()),
+    leaving out `may_change`. Keys present on one side only (a newer or older version of the config) are skipped."""
+    import yaml
+
+    saved_flat = _flat(saved)
+    current_flat = _flat(yaml.safe_load(yaml.safe_dump(current)))  # the same YAML round trip as config.yaml
+    differences = []
+    for key in saved_flat.keys() & current_flat.keys():
+        if key in may_change or any(key.startswith(p) for p in may_change if p.endswith(".")):
+            continue
+        if saved_flat[key] != current_flat[key]:
+            differences.append(f"{key}: {saved_flat[key]!r} in the checkpoint, {current_flat[key]!r} now")
+    return sorted(differences)
+
+
+def check_provenance(path: str | Path, current: dict) -> None:
+    """CheckpointError naming every setting (outside RESUME_MAY_CHANGE) in which the checkpoint's config.yaml differs
+    from the current config (`Config.to_dict()`): another method, learning rate, seed, data or LoRA rank is another
+    run, whose weights and optimizer state would otherwise be continued silently."""
+    differences = config_differences(checkpoint_config(path), current)
+    if differences:
+        shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
+        raise CheckpointError(f"checkpoint {path} was written by a run with other settings ({shown}); resume with "
+                              f"its settings ({Path(path) / 'config.yaml'}) or train into another train.output_dir")
+
+
+def checkpoint_config(path: str | Path) -> dict:
+    """The config a checkpoint was written with (its config.yaml, covered by the manifest), or CheckpointError."""
+    import yaml
+
+    file = Path(path) / "config.yaml"
+    if not file.exists():
+        raise CheckpointError(f"checkpoint {path} has no config.yaml, so nothing shows it belongs to this run")
+    try:
+        values = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise CheckpointError(f"checkpoint {path}: config.yaml is unreadable ({type(error).__name__})") from None
+    if not isinstance(values, dict):
+        raise CheckpointError(f"checkpoint {path}: config.yaml holds no settings")
+    return values
+
+
+def _first_mismatch(error: RuntimeError) -> str:
+    """The first 'size mismatch for <tensor>: ...' line of torch's load_state_dict error, cut short."""
+    lines = [line.strip() for line in str(error).splitlines() if "size mismatch" in line] or [str(error)]
+    return " ".join(lines[0].split())[:200] + (f"; {len(lines) - 1} more tensors differ" if len(lines) > 1 else "")
 
 
 def load_checkpoint(path: str | Path, model, optimizer) -> dict:
@@ -177,12 +286,20 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
     if adapter.exists():
         from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(model, load_file(str(adapter)))
+        try:
+            set_peft_model_state_dict(model, load_file(str(adapter)))
+        except RuntimeError as error:  # tensors of other shapes: another LoRA rank or another base model
+            raise CheckpointError(f"checkpoint {path}: its adapter does not fit the model ({_first_mismatch(error)}); "
+                                  "it was written with another model.lora_r or model") from None
     else:
         state = {}
         for shard in sorted(weights_dir.glob("*.safetensors")):
             state.update(load_file(str(shard)))
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        try:
+            missing, unexpected = model.load_state_dict(state, strict=False)
+        except RuntimeError as error:
+            raise CheckpointError(f"checkpoint {path}: its weights do not fit the model ({_first_mismatch(error)}); "
+                                  "it was written for another model") from None
         real_missing = [k for k in missing if "lm_head" not in k]  # tied embeddings are saved once
         if real_missing or unexpected:
             raise CheckpointError(f"checkpoint {path} does not match the model: missing {real_missing[:5]}, "

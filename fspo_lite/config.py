@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -432,6 +433,71 @@ class ConfigError(ValueError):
     """A config file or override names an unknown key or a value of the wrong type."""
 
 
+MAX_YAML_DEPTH = 20
+"""Deepest nesting of mappings and lists a config file or --set value may have (the config itself has 3 levels)."""
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, stricter where a config file needs it: no aliases (`*name`; a few hundred bytes of
+    nested aliases expand to gigabytes: the "billion laughs"), no nesting deeper than MAX_YAML_DEPTH (deep nesting
+    exhausted the recursion), and no key twice in one mapping (`train:` twice: the second silently won). Each is a
+    yaml error with the line and column, which load_config reports in one line."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"aliases (*{event.anchor}) are not allowed in a config "
+                                              "file; write the value out", event.start_mark)
+        self.depth = getattr(self, "depth", 0) + 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    line = seen.get(key)
+                except TypeError:  # an unhashable key: the base class names it
+                    continue
+                if line is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {_shown(key)} appears twice (first on line {line}); keep one",
+                        key_node.start_mark)
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str) -> Any:
+    """A YAML document read with ConfigLoader (safe types only, no aliases, bounded depth, no duplicate keys)."""
+    loader = ConfigLoader(text)  # what yaml.safe_load does, with the stricter SafeLoader subclass
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _yaml_value_problem(error: Exception) -> str:
+    if isinstance(error, ValueError) and not isinstance(error, yaml.YAMLError):
+        return "an integer with more digits than Python converts (4300)"
+    return str(error).splitlines()[0]
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters, so an error line stays one short line whatever the value holds."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer over Python's 4300-digit limit for str()
+        return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
@@ -448,20 +514,20 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         return _coerce(value, inner[0], where)
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {_shown(value)}")
         return {str(k): _coerce(v, args[1], f"{where}.{k}") for k, v in value.items()}
     if origin is list:
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {_shown(value)}")
         return [_coerce(v, args[0], where) for v in value]
     if annotation is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
             return value.lower() in ("true", "1", "yes", "on")
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        raise ConfigError(f"{where}: expected true/false, got {_shown(value)}")
     if annotation is int:
         if isinstance(value, float) and value.is_integer():
             return int(value)
@@ -470,19 +536,27 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
                 return int(value)
             except ValueError:
                 pass
+            try:  # YAML reads 1e20 (no dot) as a string; a whole number written so is still a whole number
+                number = float(value)
+            except ValueError:
+                number = None
+            if number is not None and number.is_integer():
+                return int(number)
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        raise ConfigError(f"{where}: expected an integer, got {_shown(value)}")
     if annotation is float:
         if isinstance(value, (int, float, str)) and not isinstance(value, bool):
             try:
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+            except OverflowError:  # an integer beyond float: infinite, which the range check refuses by name
+                return math.inf if value > 0 else -math.inf
+        raise ConfigError(f"{where}: expected a number, got {_shown(value)}")
     if annotation is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {_shown(value)}")
         return value
     return value
 
@@ -492,11 +566,11 @@ def _update(obj: Any, values: dict[str, Any], prefix: str) -> None:
     for key, value in values.items():
         where = f"{prefix}{key}"
         if key not in types:
-            raise ConfigError(f"unknown config key '{where}'; valid keys here: {', '.join(sorted(types))}")
+            raise ConfigError(f"unknown config key {_shown(where)}; valid keys here: {', '.join(sorted(types))}")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
-                raise ConfigError(f"'{where}' is a section; expected a mapping, got {value!r}")
+                raise ConfigError(f"'{where}' is a section; expected a mapping, got {_shown(value)}")
             _update(current, value, where + ".")
         elif isinstance(current, dict) and isinstance(value, dict):  # a mapping field: keys merge, as --set adds one
             setattr(obj, key, {**current, **_coerce(value, types[key], where)})
@@ -525,11 +599,25 @@ def apply_overrides(config: Config, overrides: list[str] | dict[str, Any]) -> Co
     return config
 
 
+def apply_shortcuts(config: Config, values: dict[str, Any]) -> Config:
+    """A command's option shortcuts ({'section.key': value}, None: option not given) applied like --set and then
+    range-checked (`validate_config`), so `eval --limit 0` or `--temperature nan` stop before any model loads."""
+    apply_overrides(config, {key: value for key, value in values.items() if value is not None})
+    validate_config(config)
+    return config
+
+
 def _split_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like section.key=value")
+        raise ConfigError(f"override {_shown(text)} must look like section.key=value")
     key, raw = text.split("=", 1)
-    return key.strip(), yaml.safe_load(raw) if raw.strip() else ""
+    if not raw.strip():
+        return key.strip(), ""
+    try:
+        return key.strip(), parse_yaml(raw)
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer over Python's digit limit
+        problem = getattr(error, "problem", None) or _yaml_value_problem(error)
+        raise ConfigError(f"--set {key.strip()}: the value is not valid YAML ({problem})") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
@@ -542,14 +630,17 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
             raise ConfigError(f"{path}: no such config file" + (" (it is a folder)" if path.is_dir() else "")
                               + "; the bundled ones are in configs/ (e.g. configs/tiny.yaml)")
         try:
-            values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            values = parse_yaml(path.read_text(encoding="utf-8"))
         except UnicodeDecodeError as error:
             raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-        except yaml.YAMLError as error:
+        except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer over Python's digit limit
             mark = getattr(error, "problem_mark", None)
             where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            problem = getattr(error, "problem", None) or _yaml_value_problem(error)
             raise ConfigError(f"{where}: invalid YAML ({problem})") from None
+        if values is None:
+            raise ConfigError(f"{path}: the file holds no settings (empty, or only comments); leave out --config to "
+                              "run with the defaults, or write at least one section (e.g. 'train: {steps: 2}')")
         if not isinstance(values, dict):
             raise ConfigError(f"{path}: top level must be a mapping of sections")
     try:
@@ -562,69 +653,215 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
     return config
 
 
+@dataclass(frozen=True)
+class Range:
+    """The valid values of one numeric config key: low <= value <= high (an end excluded when `*_open`), finite,
+    and None where the key allows null."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    note: str = ""
+    """Why the range is what it is, appended to the error."""
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return _finite(value) and above and below
+
+    def describe(self, integer: bool, nullable: bool) -> str:
+        kind = "an integer" if integer else "a finite number"
+        ends = []
+        if self.low > -math.inf:
+            ends.append(f"{'>' if self.low_open else '>='} {_number(self.low)}")
+        if self.high < math.inf:
+            ends.append(f"{'<' if self.high_open else '<='} {_number(self.high)}")
+        text = f"{kind} {' and '.join(ends)}".strip()
+        text = f"null or {text}" if nullable else text
+        return f"{text} ({self.note})" if self.note else text
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}".replace(",", "_") if float(value).is_integer() and abs(value) >= 10_000 else f"{value:g}"
+
+
+COUNT = Range(1, 10**9)
+"""A count of things (steps, samples, tokens, batch sizes): at least 1, and not absurdly many."""
+SHARE = Range(0, 1)
+"""A probability, share or threshold."""
+WEIGHT = Range(-1e6, 1e6)
+"""A reward value or weight: any sign; the bound only catches absurd values (1e20 makes every other term vanish)."""
+NONNEGATIVE = Range(0, 1e6)
+TIMEOUT = Range(0, 1e6, low_open=True, note="seconds")
+SEED = Range(0, 2**32 - 1, note="what numpy and the CUDA generators accept")
+
+NUMBER_RANGES: dict[str, Range] = {
+    "model.lora_r": Range(1, 4096, note="the LoRA rank"),
+    "model.lora_alpha": Range(0, 1e6, low_open=True, note="the LoRA scale is lora_alpha / lora_r; 0 disables the "
+                              "adapter"),
+    "model.lora_dropout": Range(0, 1, high_open=True, note="a dropout probability; 1 drops everything"),
+    "data.limit": COUNT,
+    "data.few_shot": Range(0, 2, note="0, 1 or 2 worked examples"),
+    "data.max_prompt_tokens": COUNT,
+    "rollout.group_size": COUNT,  # the method-dependent minimum is checked in validate_config
+    "rollout.max_new_tokens": COUNT,
+    "rollout.temperature": Range(0, 10, note="0: greedy"),
+    "rollout.top_p": Range(0, 1, low_open=True),
+    "rollout.generation_batch_size": COUNT,
+    "rollout.vllm_gpu_memory_utilization": Range(0, 1, low_open=True, note="a share of GPU memory"),
+    "rollout.vllm_max_lora_rank": Range(1, 4096),
+    "rollout.vllm_server_timeout": TIMEOUT,
+    "reward.format_penalty": WEIGHT,
+    "reward.step_reward_lambda": WEIGHT,
+    "caution.switch_step": Range(0, 10**9),
+    "caution.correct_reward": WEIGHT,
+    "caution.process_reward": WEIGHT,
+    "caution.unknown_reward": WEIGHT,
+    "caution.process_f1": SHARE,
+    "rlfh.truth_weight": WEIGHT,
+    "rlfh.info_weight": WEIGHT,
+    "rlfh.truth_correct": WEIGHT,
+    "rlfh.truth_hedged_correct": WEIGHT,
+    "rlfh.truth_vague": WEIGHT,
+    "rlfh.truth_hedged_wrong": WEIGHT,
+    "rlfh.truth_wrong": WEIGHT,
+    "rlfh.info_answer": WEIGHT,
+    "rlfh.info_crucial": WEIGHT,
+    "rlfh.info_relevant": WEIGHT,
+    "rlfh.info_supplementary": WEIGHT,
+    "rlfh.info_useless": WEIGHT,
+    "rlfh.correct_threshold": SHARE,
+    "rlfh.wrong_threshold": SHARE,
+    "rlfh.crucial_overlap": SHARE,
+    "rlfh.reward_clip": Range(0, 1e6, low_open=True, note="token rewards are clipped to [-reward_clip, reward_clip]"),
+    "rlfh.outcome_weight": WEIGHT,
+    "klcf.checklist_samples": COUNT,
+    "klcf.checklist_threshold": SHARE,
+    "klcf.dedup_overlap": SHARE,
+    "klcf.match_threshold": SHARE,
+    "klcf.recall_weight": WEIGHT,
+    "klcf.precision_weight": WEIGHT,
+    "klcf.reward_model_weight": WEIGHT,
+    "klcf.outcome_weight": WEIGHT,
+    "detail.weight": NONNEGATIVE,
+    "detail.cap": COUNT,
+    "detail.duplicate_threshold": SHARE,
+    "detail.precision_weight": NONNEGATIVE,
+    "detail.relevance_weight": WEIGHT,
+    "filter.samples": COUNT,
+    "filter.top": COUNT,
+    "verifier.threshold": SHARE,
+    "verifier.batch_size": COUNT,
+    "verifier.max_evidence_tokens": COUNT,
+    "verifier.request_timeout": TIMEOUT,
+    "train.steps": COUNT,
+    "train.prompts_per_step": COUNT,
+    "train.learning_rate": Range(0, 1, low_open=True),
+    "train.weight_decay": Range(0, 10),
+    "train.beta": NONNEGATIVE,
+    "train.epsilon_low": Range(0, 1, high_open=True,
+                               note="the ratio's lower clip 1 - epsilon_low must stay above 0"),
+    "train.epsilon_high": Range(0, 10, note="0.2 in GRPO, 0.28 in DAPO"),
+    "train.ppo_epochs": Range(1, 1000),
+    "train.micro_batch_size": COUNT,
+    "train.max_grad_norm": Range(0, 1e6, low_open=True, note="a negative one would reverse the update"),
+    "train.seed": SEED,
+    "train.save_every": Range(0, 10**9, note="0: only at the end"),
+    "train.max_bad_steps": Range(1, 10**9, note="consecutive non-finite steps tolerated before the run stops"),
+    "train.entropy_coef": NONNEGATIVE,
+    "evaluation.limit": COUNT,
+    "evaluation.samples": Range(1, 10_000),
+    "evaluation.temperature": Range(0, 10, note="0: greedy"),
+    "evaluation.max_new_tokens": COUNT,
+    "evaluation.batch_size": COUNT,
+    "evaluation.seed": SEED,
+}
+"""The valid range of every numeric config key (tests/test_config_ranges.py checks that each one is listed)."""
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "model.backend": ("transformers", "unsloth"),
+    "rollout.engine": ("transformers", "vllm", "vllm-server"),
+    "reward.answer_metric": ("auto", "f1", "em"),
+    "reward.claim_extractor": ("rules", "llm"),
+    "caution.variant": ("both", "fact", "caution", "fact_then_caution"),
+    "rlfh.granularity": ("token", "sentence", "paragraph"),
+    "train.loss_aggregation": ("token-mean", "seq-mean-token-mean", "dr_grpo"),
+    "evaluation.judge": ("similarity", "overlap", "llm"),
+    "detail.relevance_judge": ("llm",),
+}
+"""The words a string key accepts (the modules that read them hold the same tuples; tests/test_config_ranges.py
+compares). Names from registries (reward.method, verifier.name, benchmarks) are checked by the trainer and the
+evaluation before any model loads."""
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def numeric_keys() -> dict[str, tuple[bool, bool]]:
+    """Every numeric config key -> (integer, nullable), read off the dataclasses."""
+    keys = {}
+    sections = typing.get_type_hints(Config)
+    for section in dataclasses.fields(Config):
+        for name, annotation in _field_types(sections[section.name]).items():
+            args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+                else (annotation,)
+            numeric = [a for a in args if a in (int, float)]
+            if numeric:
+                keys[f"{section.name}.{name}"] = (numeric[0] is int, type(None) in args)
+    return keys
+
+
 def _check(condition: bool, key: str, value: Any, valid: str) -> None:
     if not condition:
-        raise ConfigError(f"{key}={value!r} is out of range; valid: {valid}")
+        raise ConfigError(f"{key}={_shown(value)} is out of range; valid: {valid}")
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite (isfinite would overflow)
+
+
+def _value(config: Config, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(config, section), name)
 
 
 def validate_config(config: Config) -> None:
-    """Range checks on the values a run depends on (ConfigError naming the key, the value and the valid
-    range); load_config calls it. Types are already checked by the loader."""
-    train, rollout, data = config.train, config.rollout, config.data
-    _check(train.steps >= 1, "train.steps", train.steps, "an integer >= 1")
-    _check(train.prompts_per_step >= 1, "train.prompts_per_step", train.prompts_per_step, "an integer >= 1")
-    _check(_finite(train.learning_rate) and train.learning_rate > 0, "train.learning_rate", train.learning_rate,
-           "a finite number > 0")
-    _check(_finite(train.weight_decay) and train.weight_decay >= 0, "train.weight_decay", train.weight_decay,
-           "a finite number >= 0")
-    _check(_finite(train.beta) and train.beta >= 0, "train.beta", train.beta, "a finite number >= 0")
-    _check(_finite(train.epsilon_low) and 0 <= train.epsilon_low < 1, "train.epsilon_low", train.epsilon_low,
-           "0 <= epsilon_low < 1 (the ratio's lower clip 1 - epsilon_low must stay above 0)")
-    _check(_finite(train.epsilon_high) and 0 <= train.epsilon_high <= 10, "train.epsilon_high", train.epsilon_high,
-           "0 <= epsilon_high <= 10 (0.2 in GRPO, 0.28 in DAPO)")
-    _check(_finite(train.max_grad_norm) and train.max_grad_norm > 0, "train.max_grad_norm", train.max_grad_norm,
-           "a finite number > 0 (a negative one would reverse the update)")
-    _check(train.ppo_epochs >= 1, "train.ppo_epochs", train.ppo_epochs, "an integer >= 1")
-    _check(train.micro_batch_size >= 1, "train.micro_batch_size", train.micro_batch_size, "an integer >= 1")
-    _check(train.save_every >= 0, "train.save_every", train.save_every, "an integer >= 0 (0: only at the end)")
-    _check(train.max_bad_steps >= 1, "train.max_bad_steps", train.max_bad_steps,
-           "an integer >= 1 (consecutive non-finite steps tolerated before the run stops)")
-    _check(_finite(train.entropy_coef) and train.entropy_coef >= 0, "train.entropy_coef", train.entropy_coef,
-           "a finite number >= 0")
-    _check(train.loss_aggregation in ("token-mean", "seq-mean-token-mean", "dr_grpo"), "train.loss_aggregation",
-           train.loss_aggregation, "token-mean | seq-mean-token-mean | dr_grpo")
+    """Range checks on every value a run depends on (ConfigError naming the key, the value and the valid range):
+    each numeric key against NUMBER_RANGES (non-finite values never pass), each word against CHOICES, and the
+    rules that tie keys together. load_config calls it; so do the trainer and the evaluation, for configs built in
+    code. Types are already checked by the loader."""
+    for key, (integer, nullable) in numeric_keys().items():
+        value = _value(config, key)
+        if value is None and nullable:
+            continue
+        bounds = NUMBER_RANGES[key]
+        _check(bounds.holds(value) and (not integer or isinstance(value, int)), key, value,
+               bounds.describe(integer, nullable))
+    for key, choices in CHOICES.items():
+        value = _value(config, key)
+        _check(value in choices or (value is None and key == "detail.relevance_judge"), key, value,
+               " | ".join(choices) + (" | null" if key == "detail.relevance_judge" else ""))
+    _check(isinstance(config.verifier.device, str) and bool(_DEVICE.match(config.verifier.device)), "verifier.device",
+           config.verifier.device, "auto | cpu | mps | cuda | cuda:N")
     minimum_group = 1 if config.reward.method.split("+")[0] == "rlfh" else 2
-    _check(rollout.group_size >= minimum_group, "rollout.group_size", rollout.group_size,
+    _check(config.rollout.group_size >= minimum_group, "rollout.group_size", config.rollout.group_size,
            f"an integer >= {minimum_group} (group-relative advantages need at least two responses per prompt)"
            if minimum_group == 2 else "an integer >= 1")
-    _check(rollout.max_new_tokens >= 1, "rollout.max_new_tokens", rollout.max_new_tokens, "an integer >= 1")
-    _check(_finite(rollout.temperature) and rollout.temperature >= 0, "rollout.temperature", rollout.temperature,
-           "a finite number >= 0")
-    _check(_finite(rollout.top_p) and 0 < rollout.top_p <= 1, "rollout.top_p", rollout.top_p, "0 < top_p <= 1")
-    _check(rollout.generation_batch_size >= 1, "rollout.generation_batch_size", rollout.generation_batch_size,
-           "an integer >= 1")
-    _check(data.limit is None or data.limit >= 1, "data.limit", data.limit,
-           "null (every example) or an integer >= 1")
-    _check(data.max_prompt_tokens >= 1, "data.max_prompt_tokens", data.max_prompt_tokens, "an integer >= 1")
-    _check(0 <= data.few_shot <= 2, "data.few_shot", data.few_shot, "0, 1 or 2")
-    _check(_finite(config.reward.format_penalty), "reward.format_penalty", config.reward.format_penalty,
-           "a finite number")
-    _check(config.evaluation.limit is None or config.evaluation.limit >= 1, "evaluation.limit",
-           config.evaluation.limit, "null (every item) or an integer >= 1")
-    _check(config.filter.samples >= 1, "filter.samples", config.filter.samples, "an integer >= 1")
-    _check(config.filter.top is None or config.filter.top >= 1, "filter.top", config.filter.top,
-           "null or an integer >= 1")
+    rlfh = config.rlfh
+    _check(rlfh.wrong_threshold <= rlfh.correct_threshold, "rlfh.wrong_threshold", rlfh.wrong_threshold,
+           f"at most rlfh.correct_threshold ({rlfh.correct_threshold}): below it a statement is Wrong, above the "
+           "other Correct")
+    _check(bool(config.evaluation.benchmarks), "evaluation.benchmarks", config.evaluation.benchmarks,
+           "at least one benchmark name")
+    _check(config.evaluation.samples == 1 or config.evaluation.temperature > 0, "evaluation.samples",
+           config.evaluation.samples, "1 unless evaluation.temperature > 0 (greedy answers would repeat)")
     if config.filter.band is not None:
         validate_band(config.filter.band, "filter.band")
     detail = config.detail
-    _check(detail.relevance_judge in (None, "llm"), "detail.relevance_judge", detail.relevance_judge, "null | llm")
-    _check(_finite(detail.relevance_weight) and (not detail.relevance_weight or detail.relevance_judge is not None),
-           "detail.relevance_weight", detail.relevance_weight,
-           "a finite number, and 0 unless detail.relevance_judge names a judge (llm)")
+    _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
+           detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")
 
 
 def validate_band(band: Any, key: str = "--band") -> list[float]:

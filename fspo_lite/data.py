@@ -18,7 +18,6 @@ common hub releases load as they are.
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .data_files import DataFolderError, require
+from .row_limits import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, MAX_TEXT_CHARS, decode_json, text_problem
 
 # The bundled samples: data/ at the root of a checkout; an installed wheel carries a copy as fspo_lite/bundled_data
 # (setup.py), which wins when present.
@@ -118,6 +118,14 @@ def _as_answers(value: Any, where: str = "") -> list[str]:
     return answers
 
 
+def check_text_fields(value: Any, where: str, field_name: str = "", limit: int = MAX_TEXT_CHARS) -> None:
+    """DataError naming the row (`where`) and field when a string in `value` holds a lone surrogate or is longer
+    than `limit` characters (fspo_lite.row_limits)."""
+    problem = text_problem(value, field_name, limit)
+    if problem is not None:
+        raise DataError(f"{where}: {problem}")
+
+
 def _gsm8k_final(answer: str) -> str:
     """GSM8K hub answers end with '#### 42'; the data folder's files hold just '42'."""
     return answer.split("####")[-1].strip().replace(",", "") if "####" in answer else answer
@@ -131,9 +139,12 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
     question = _first(row, "question", "problem", "query", "prompt")
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field 'question' is missing, empty or not a string")
+    check_text_fields(question, where, "question", MAX_QUESTION_CHARS)
     answers = _as_answers(_first(row, "answers", "answer", "right_answer", "best_answer", "solution"), where)
     if not answers:
         raise DataError(f"{where}: no answer field (answers / answer / right_answer / best_answer)")
+    check_text_fields(answers, where, "answers", MAX_ANSWER_CHARS)
+    check_text_fields(row, where)  # evidence, ids and extra fields: no lone surrogate, no string over MAX_TEXT_CHARS
     canonical = "task" in row  # rows written by this project (save_examples) carry their own source
     task = row.get("task") or ("math" if any(s in source.lower() for s in MATH_SOURCES) else "qa")
     if task not in TASKS:
@@ -160,29 +171,6 @@ def record_from_row(row: dict, source: str, index: int, where: str = "") -> QAEx
         task=task,
         extra=extra,
     )
-
-
-def _reject_constant(name: str):
-    if name == "NaN":  # pandas writes a missing value as NaN (e.g. TruthfulQA's "source" field): read it as null
-        return None
-    raise ValueError(f"{name} is not a valid JSON number")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:20]} is out of range")
-    return value
-
-
-def decode_json(text: str):
-    """json.loads that accepts only standard JSON, plus NaN read as null (a missing value, as pandas writes it):
-    Infinity and numbers overflowing to inf are refused (ValueError); so are integers over Python's digit limit and nesting deep enough to
-    exhaust recursion (both as ValueError, whose message says which)."""
-    try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
 
 
 def _json_problem(error: ValueError) -> str:
@@ -214,6 +202,17 @@ def _read_jsonl(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, 
 
 
 def _rows_from_path(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
+    """The rows of a local file; DataError when it holds none at all (an empty file said nothing clear later:
+    "max() arg is an empty sequence")."""
+    count, skipped = 0, stats.get("skipped", 0)
+    for item in _file_rows(path, skip_bad, stats):
+        count += 1
+        yield item
+    if not count and stats.get("skipped", 0) == skipped:
+        raise DataError(f"{path}: the file holds no rows (it is empty)")
+
+
+def _file_rows(path: Path, skip_bad: bool, stats: dict) -> Iterable[tuple[int, dict]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         yield from _read_jsonl(path, skip_bad, stats)
@@ -297,7 +296,19 @@ def read_rows(spec: str, skip_bad_rows: bool = False, stats: dict | None = None)
     stats.setdefault("skipped", 0)
     _, path = resolve_source(spec)
     rows = _rows_from_hub(spec[3:]) if path is None else _rows_from_path(path, skip_bad_rows, stats)
-    return [_plain(row) for _, row in rows]
+    unit = {".jsonl": ":", ".json": ": item "}.get(path.suffix.lower() if path is not None else "", ": row ")
+    kept = []
+    for number, row in rows:
+        row = _plain(row)
+        try:
+            check_text_fields(row, f"{path if path is not None else spec}{unit}{number}")
+        except DataError as error:
+            if not skip_bad_rows:
+                raise DataError(f"{error} (data.skip_bad_rows=true skips and counts malformed rows)") from None
+            stats["skipped"] += 1
+            continue
+        kept.append(row)
+    return kept
 
 
 def load_examples(

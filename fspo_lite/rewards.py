@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .config import ConfigError, validate_config
 from .data import QAExample
 from .grading import Outcome, outcome_reward
 from .methods import METHODS, REWARD_METHODS, MethodResult, RewardBatch, RewardTools
 from .methods.detail import build_relevance_judge, detail_bonus, detail_counts, relevance_bonus, relevance_messages
 from .verdicts import ResponseView, SentenceVerdicts, sentence_count_metrics, step_factuality, step_scores
-from .verifiers import Verifier
+from .verifiers import VERIFIERS, Verifier
 
 
 @dataclass
@@ -69,6 +70,18 @@ def parse_method(name: str) -> MethodSpec:
         raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
                          "(rlfh already rewards each statement, so it is not combined with the FSPO flip)")
     return MethodSpec(source, flip)
+
+
+def check_settings(config) -> None:
+    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words) and
+    the names the registries hold (reward.method, verifier.name); ConfigError naming the key."""
+    validate_config(config)
+    try:
+        parse_method(config.reward.method)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if config.verifier.name not in VERIFIERS:
+        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
 
 
 def build_reward_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:

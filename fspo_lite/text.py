@@ -261,10 +261,22 @@ def _reference_partitions(run: str) -> int:
     return total
 
 
+SEGMENTER_MARKERS = "ƪȸȹᓰᓱᓳᓴᓷᓸ∮∯⌬⎋☄☇☈☉☏☝♝♟♨♬♭✂"
+"""Characters pysbd writes into the text while it works (a period inside an abbreviation becomes '∯', '!' inside a
+quotation '&ᓴ&', a list marker '♨' or '☝', an ellipsis 'ƪƪƪ', ...) and turns back or deletes at the end. Text that
+already holds one had it turned into punctuation or deleted, so the segment no longer matched the text and its
+characters dropped out of every sentence span; `mask_for_segmenter` replaces each by SEGMENTER_MARKER_STANDIN."""
+SEGMENTER_MARKER_STANDIN = "\ue000"
+"""A private-use character pysbd has no rule for; like the markers it is neither a letter nor a space."""
+_MARKER_TABLE = str.maketrans({marker: SEGMENTER_MARKER_STANDIN for marker in SEGMENTER_MARKERS})
+
+
 def mask_for_segmenter(text: str) -> str:
-    """`text` with the '[' of each bracket that would make pysbd backtrack exponentially replaced
-    by a space (same length, so spans found in the masked text index the original). No real
-    reference list ("[1, 2, 5-7]", "[12]") is masked: their cuttings are few."""
+    """`text` made safe for pysbd, with the same length (so spans found in the masked text index the original):
+    each of pysbd's own marker characters (SEGMENTER_MARKERS) replaced by a stand-in, and the '[' of each bracket
+    that would make pysbd backtrack exponentially replaced by a space. No real reference list ("[1, 2, 5-7]",
+    "[12]") is masked: their cuttings are few."""
+    text = text.translate(_MARKER_TABLE)
     masked = None
     for match in _BRACKET_RUN.finditer(text):
         if _reference_partitions(match.group(1)) > MAX_REFERENCE_PARTITIONS:

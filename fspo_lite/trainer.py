@@ -21,8 +21,9 @@ import torch
 from tqdm.auto import tqdm
 
 from . import algos
-from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint, save_checkpoint
-from .config import Config, validate_config
+from .checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints, latest_checkpoint,
+                         load_checkpoint, save_checkpoint)
+from .config import Config
 from .data import QAExample
 from .distributed import Distributed, loss_normalisers
 from .engines import build_rollout_engine
@@ -32,10 +33,10 @@ from .methods import RewardTools
 from .models import load_policy, trainable_parameter_count
 from .prompt_cache import shares_prompt_pass
 from .prompts import prompt_text
-from .rewards import (ScoredRollouts, build_reward_tools, check_verifier, method_rewards, parse_method, total_rewards,
-                      verdicts_needed)
+from .rewards import (ScoredRollouts, build_reward_tools, check_settings, check_verifier, method_rewards, parse_method,
+                      total_rewards, verdicts_needed)
 from .rollout import Rollout
-from .training_log import MetricsLogger, append_jsonl, truncate_jsonl
+from .training_log import MetricsLogger, append_jsonl, earlier_run, truncate_jsonl
 from .training_set import ExampleSampler, load_training_examples
 from .verdicts import SentenceVerdicts, response_views, sentence_mask, verify_sentences
 from .verifiers import Verifier, build_verifier
@@ -88,7 +89,11 @@ class Trainer:
 
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
                  verifier=None, progress: bool = True):
-        validate_config(config)  # before any model loads (load_config checks too; configs built in code come here)
+        check_settings(config)  # before any model loads (load_config checks ranges too; configs built in code come here)
+        if not config.train.resume and earlier_run(config.train.output_dir):  # would log steps 1, 2 after 1, 2
+            raise TrainingError(earlier_run(config.train.output_dir))
+        if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
+            check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)

@@ -101,3 +101,25 @@ def read_metrics(path: str | Path) -> list[dict]:
             if index < len(lines) - 1:
                 raise ValueError(f"{path}:{index + 1}: not a JSON line") from None
     return rows
+
+
+def earlier_run(output_dir: str | Path) -> str | None:
+    """Why a new run (train.resume=false) must not start in `output_dir`: what an earlier run left there, which the
+    new one would append to or mix with (metrics.jsonl logged steps 1, 2, 3 after 1, 2, 3), and what to do;
+    None when the folder holds no logs or checkpoints."""
+    output_dir = Path(output_dir)
+    found = []
+    metrics = output_dir / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        rows, torn = _parse_rows(metrics)
+        steps = [row.get("step") for _, row in rows if isinstance(row, dict) and isinstance(row.get("step"), int)]
+        found.append(f"metrics.jsonl with steps {min(steps)}-{max(steps)}" if steps
+                     else f"metrics.jsonl with {len(rows) + torn} line(s)")
+    checkpoints = sorted(p.name for p in (output_dir / "checkpoints").glob("step-*"))
+    if checkpoints:
+        found.append(f"checkpoints up to {checkpoints[-1]}")
+    if not found:
+        return None
+    return (f"{output_dir} already holds a run ({' and '.join(found)}); set train.resume=true to continue it "
+            "(without a checkpoint it starts over), or choose another train.output_dir (or remove the folder)")
+

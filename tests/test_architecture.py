@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("core: math, text, config", ["algos", "align", "text", "stats", "config"]),
     ("grading: answer grading", ["grading"]),
     ("data: examples, the training set, prompts, data files, gold labels",
-     ["data", "data_files", "training_set", "prompts", "labeling"]),
+     ["data", "data_files", "row_limits", "training_set", "prompts", "labeling"]),
     ("models and rollout engines", ["models", "prompt_cache", "decoding", "logprobs", "rollout", "vllm_rollout",
                                     "engines", "llm"]),
     ("claim extraction", ["claims"]),

@@ -239,9 +239,8 @@ def test_evaluate_extra_judges_on_tiny_model(tmp_path, tiny_policy):
 
 
 def test_evaluate_rejects_bad_settings():
-    config = load_config(TINY, {"evaluation.samples": 3})
-    with pytest.raises(ValueError, match="temperature"):
-        evaluate(config)
+    with pytest.raises(ValueError, match="temperature"):  # now refused by load_config already (ConfigError)
+        evaluate(load_config(TINY, {"evaluation.samples": 3}))
     with pytest.raises(ValueError, match="unknown benchmark"):
         evaluate(load_config(TINY, {"evaluation.benchmarks": "truthfulqa"}))
 

@@ -8,6 +8,7 @@ its rewards (and FSPO mask) with seeded random values so that the update path is
 import copy
 import json
 import math
+import shutil
 
 import pytest
 import torch
@@ -187,8 +188,14 @@ def test_partial_checkpoints_are_ignored_and_damaged_ones_name_the_way_out(tmp_p
     (root / "latest").write_text("step-000002")
     with pytest.raises(CheckpointError, match=r"partial.*remove .*step-000002 \(intact: step-000001\)"):
         Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+    # a new run into the folder is refused (it would log steps 1, 2 again); following the hint resumes from step 1
+    with pytest.raises(TrainingError, match="already holds a run .*steps 1-2.*train.resume=true"):
+        Trainer(tiny_config(tmp_path, "train.steps=3"), model, tokenizer, EXAMPLES, progress=False)
+    shutil.rmtree(root / "step-000002")
+    trainer = Trainer(tiny_config(tmp_path, "train.steps=3", "train.resume=true"), model, tokenizer, EXAMPLES,
+                      progress=False)
+    assert trainer.step_index == 1
     # the next save clears the staging leftover
-    trainer = Trainer(tiny_config(tmp_path, "train.steps=3"), model, tokenizer, EXAMPLES, progress=False)
     trainer.step_index = 3
     trainer.save()
     assert not list(root.glob(".staging-*")) and verify_checkpoint(root / "step-000003")["step"] == 3

@@ -176,8 +176,12 @@ def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
 
     model, tokenizer = tiny_policy
     dist = Distributed()
+    with pytest.raises(ValueError, match="rollout.engine='vlm' is out of range"):  # load_config refuses it first
+        _config(tmp_path, "rollout.engine=vlm")
+    config = _config(tmp_path)
+    config.rollout.engine = "vlm"  # a config built in code reaches the factory unchecked
     with pytest.raises(ValueError, match="unknown rollout.engine 'vlm'"):
-        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vlm"), dist)
+        build_rollout_engine(model, tokenizer, config, dist)
     with pytest.raises(ValueError, match="needs a vLLM engine"):
         build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true"), dist)
     with pytest.raises(ValueError, match="full fine-tuning"):

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..config import ConfigError
 from ..prompts import prompt_text, render_prompt
 from ..grading import grade_response, outcome_reward
 from ..verdicts import step_factuality, verify_sentences
@@ -348,16 +349,22 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
     for name in ev.benchmarks:
         if name not in BENCHMARKS:
             raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+    for name, spec in ev.sources.items():  # a misspelled --source NAME was ignored, and an empty DATA meant the default
+        if name not in BENCHMARKS or not str(spec).strip():
+            raise ConfigError(f"evaluation.sources.{name}={spec!r}: " + (f"no benchmark is called {name!r}; choose "
+                              f"from {', '.join(BENCHMARKS)}" if name not in BENCHMARKS else "no data given"))
+    sources = {"kbqa": config.data.eval, **ev.sources}
+    specs = {name: resolve(name, sources) for name in ev.benchmarks}
+    # every benchmark's items before the model: a bad data file is reported in seconds
+    loaded = {name: load_items(name, specs[name], ev.limit, ev.seed, ev.shuffle) for name in ev.benchmarks}
     if model is None:
         model, tokenizer = load_eval_model(config)
     elif tokenizer is None:
         raise ValueError("pass the tokenizer together with the model")
     ctx = _Context(config, model, tokenizer, progress)
-    sources = {"kbqa": config.data.eval, **ev.sources}
     rows, records, per_benchmark = [], [], {}
     for name in ev.benchmarks:
-        spec = resolve(name, sources)
-        items = load_items(name, spec, ev.limit, ev.seed, ev.shuffle)
+        spec, items = specs[name], loaded[name]
         torch.manual_seed(ev.seed)
         tokens_before, start = ctx.tokens, time.perf_counter()
         if progress:

@@ -1,0 +1,56 @@
+"""Where the gradient goes (fspo_lite/advantage_mass.py): the shares checked by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from fspo_lite.advantage_mass import REGIONS, advantage_mass, token_regions
+from fspo_lite.verdicts import ResponseView, SentenceVerdicts
+
+S, U, C, ANS, O = range(5)
+
+
+def test_shares_by_hand():
+    # response 0 (A = +2 on every token, as GRPO broadcasts it): 2 supported tokens, 1 answer token, 1 padding;
+    # response 1 (A = -1, but FSPO flipped its supported token to +1): 1 supported, 2 unsupported, 1 other.
+    advantages = torch.tensor([[2.0, 2.0, 2.0, 9.0], [1.0, -1.0, -1.0, -1.0]])
+    regions = torch.tensor([[S, S, ANS, O], [S, U, U, O]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    out = advantage_mass(advantages, regions, mask)
+    # sum |A| over real tokens = 2 + 2 + 2 + 1 + 1 + 1 + 1 = 10 (the padded 9 is left out)
+    assert out["adv_abs_share/supported"] == pytest.approx(5 / 10)    # 2 + 2 + 1
+    assert out["adv_abs_share/unsupported"] == pytest.approx(2 / 10)  # 1 + 1
+    assert out["adv_abs_share/answer"] == pytest.approx(2 / 10)
+    assert out["adv_abs_share/other"] == pytest.approx(1 / 10)
+    assert out["adv_abs_share/unchecked"] == 0.0
+    assert out["adv_signed_share/supported"] == pytest.approx(5 / 10)
+    assert out["adv_signed_share/unsupported"] == pytest.approx(-2 / 10)
+    assert out["adv_signed_share/other"] == pytest.approx(-1 / 10)
+    assert out["token_share/supported"] == pytest.approx(3 / 7)
+    assert sum(out[f"adv_abs_share/{r}"] for r in REGIONS) == pytest.approx(1.0)
+
+
+def test_no_advantage_mass_gives_nan_shares():
+    out = advantage_mass(torch.zeros(1, 3), torch.tensor([[S, U, ANS]]), torch.ones(1, 3))
+    assert math.isnan(out["adv_abs_share/supported"]) and out["token_share/answer"] == pytest.approx(1 / 3)
+
+
+def test_shapes_must_agree():
+    with pytest.raises(ValueError, match="shapes differ"):
+        advantage_mass(torch.zeros(1, 3), torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 3))
+
+
+def test_token_regions_from_verdicts_and_the_answer():
+    text = "<think>A b. C d. E f.</think><answer>X</answer>"
+    # one token per character run: tags, each sentence, the answer, the closing tag
+    cuts = [0, 7, 11, 12, 16, 17, 21, 29, 37, 38, len(text)]
+    view = ResponseView(text, list(zip(cuts, cuts[1:])))
+    verdict = SentenceVerdicts(spans=[(7, 11), (12, 16), (17, 21)], labels=[1, -1, 0])
+    regions = token_regions([view], [verdict], width=len(cuts) - 1)
+    assert regions[0].tolist() == [O, S, O, U, O, C, O, O, ANS, O]
+    # a response with no verdicts (malformed: no sentences judged) is all "other" but its answer
+    bare = token_regions([view], [SentenceVerdicts()], width=10)
+    assert bare[0].tolist() == [O, O, O, O, O, O, O, O, ANS, O]

@@ -54,3 +54,22 @@ def test_token_regions_from_verdicts_and_the_answer():
     # a response with no verdicts (malformed: no sentences judged) is all "other" but its answer
     bare = token_regions([view], [SentenceVerdicts()], width=10)
     assert bare[0].tolist() == [O, O, O, O, O, O, O, O, ANS, O]
+
+
+def test_report_figures_draw_from_logged_metrics(tmp_path):
+    import pandas as pd
+
+    from fspo_lite.drivers.report import plot_advantage_mass, plot_supported_unsupported
+
+    rows = []
+    for method, sign in (("grpo", 1.0), ("fspo", -1.0)):
+        for seed in (0, 1):
+            out = advantage_mass(torch.tensor([[sign, 2.0, -1.0, 0.5]]), torch.tensor([[S, U, C, ANS]]),
+                                 torch.ones(1, 4))
+            rows.append({"method": method, "seed": seed, "step": 1, **out})
+    fig = plot_advantage_mass(pd.DataFrame(rows), tmp_path / "mass.png", ["grpo", "fspo"])
+    assert (tmp_path / "mass.png").exists() and len(fig.axes) == 2
+    table = pd.DataFrame([{"metric": f"{kind}_per_response@kb", "method": m, "mean": 1.0, "low": 0.5, "high": 1.5}
+                          for kind in ("supported", "unsupported") for m in ("grpo", "fspo")])
+    plot_supported_unsupported(table, ["kb"], tmp_path / "su.png")
+    assert (tmp_path / "su.png").exists()

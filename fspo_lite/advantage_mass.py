@@ -1,5 +1,4 @@
-"""Where the gradient goes: the share of a step's advantage mass on each kind of token (docs/algorithms.md,
-"Where the gradient goes").
+"""Where the gradient goes: the share of a step's advantage mass on each kind of token (docs/gradient_mass.md).
 
 Every completion token belongs to one region: a reasoning sentence the verifier supports, one it calls unsupported,
 one it could not check, the final answer (inside <answer> </answer>), or other text (the tags, whitespace, and the

@@ -73,3 +73,50 @@ def test_report_figures_draw_from_logged_metrics(tmp_path):
                           for kind in ("supported", "unsupported") for m in ("grpo", "fspo")])
     plot_supported_unsupported(table, ["kb"], tmp_path / "su.png")
     assert (tmp_path / "su.png").exists()
+
+
+def test_bench_advantage_mass_smoke(tmp_path):
+    """bench/advantage_mass.py end to end on the tiny model: one batch, every arm, the JSON written."""
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import advantage_mass as bench  # noqa: E402  (bench/advantage_mass.py, not the package module)
+
+    out = tmp_path / "mass.json"
+    assert bench.main(["--model", "tiny", "--batches", "1", "--prompts", "1", "--group", "2",
+                       "--max-new-tokens", "6", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert set(result["means"]) == {"grpo", "fspo", "fspo+kb"}
+    assert result["means"]["grpo"]["token_share/other"] + sum(
+        result["means"]["grpo"][f"token_share/{r}"] for r in REGIONS[:-1]) == pytest.approx(1.0)
+
+
+def test_the_trainer_logs_the_advantage_mass(tmp_path, tiny_policy, monkeypatch):
+    """A tiny-model step writes every share into metrics.jsonl. The random model writes no <think> block, so no
+    sentence gets a verdict: all the (random, nonzero) advantage mass lands on "other"."""
+    import copy
+
+    from fspo_lite import trainer as trainer_module
+    from fspo_lite.config import load_config
+    from fspo_lite.data import QAExample
+    from fspo_lite.trainer import Trainer
+    from fspo_lite.training_log import read_metrics
+
+    real = trainer_module.score_rollouts
+    generator = torch.Generator().manual_seed(0)
+
+    def varied(examples, rollout, tokenizer, config, verifier, **kwargs):
+        scored = real(examples, rollout, tokenizer, config, verifier, **kwargs)
+        scored.rewards = torch.rand(len(examples), generator=generator)
+        return scored
+
+    monkeypatch.setattr(trainer_module, "score_rollouts", varied)
+    config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", "train.steps=1", "reward.method=grpo"])
+    examples = [QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France.")]
+    Trainer(config, copy.deepcopy(tiny_policy[0]), tiny_policy[1], examples, progress=False).train()
+    row = read_metrics(tmp_path)[0]
+    for region in REGIONS:
+        assert {f"adv_abs_share/{region}", f"adv_signed_share/{region}", f"token_share/{region}"} <= set(row)
+    assert row["adv_abs_share/other"] == pytest.approx(1.0) and row["token_share/other"] == pytest.approx(1.0)

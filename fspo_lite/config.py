@@ -286,7 +286,8 @@ class VerifierConfig:
     """The step verifier that FSPO uses to label reasoning sentences."""
 
     name: str = "lexical"
-    """lexical (offline default) | embedding | likelihood | nli | hhem | llm. docs/verifiers.md compares them."""
+    """lexical (offline default) | embedding | likelihood | nli | hhem | llm | kb (kbqa questions only: their facts).
+    docs/verifiers.md compares them."""
     threshold: float = 0.5
     """A sentence is factual iff P(supported) > threshold."""
     batch_size: int = 32

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import algos
+from .advantage_mass import advantage_mass, token_regions
 from .checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints, latest_checkpoint,
                          load_checkpoint, save_checkpoint)
 from .config import Config
@@ -248,6 +249,8 @@ class Trainer:
             **scored.metrics,
             "frac_reward_zero_std": algos.zero_std_group_fraction(scored.rewards, config.rollout.group_size),
             "flipped_token_share": flipped.sum().item() / max(tokens, 1),
+            **advantage_mass(advantages, token_regions(scored.views, scored.verdicts, advantages.shape[1]),
+                             rollout.completion_mask),  # where the gradient goes (fspo_lite.advantage_mass)
             **update,
             "completion_length": rollout.completion_lengths.float().mean().item(),
             "tokens_per_second": tokens / max(elapsed, 1e-9),

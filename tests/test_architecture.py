@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                                     "engines", "llm"]),
     ("claim extraction", ["claims"]),
     ("verifiers", ["verifiers"]),
-    ("sentence verdicts and FSPO masks", ["verdicts"]),
+    ("sentence verdicts and FSPO masks", ["verdicts", "advantage_mass"]),
     ("rewards and methods", ["methods", "rewards"]),
     ("update: checkpoints, processes, sharding", ["checkpoint", "distributed", "fsdp"]),
     ("trainer and its logs", ["trainer", "training_log"]),

@@ -42,7 +42,7 @@ def check_contract(verifier: Verifier, fresh: Verifier):
 
 
 def test_registry_lists_every_family():
-    assert set(VERIFIERS) == {"lexical", "embedding", "likelihood", "nli", "hhem", "llm"}
+    assert set(VERIFIERS) == {"lexical", "embedding", "likelihood", "nli", "hhem", "llm", "kb"}
 
 
 def test_lexical_contract():

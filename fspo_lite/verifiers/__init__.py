@@ -8,12 +8,14 @@
 | nli       | an NLI cross-encoder's P(entailment)   | a hub model or local folder         |
 | hhem      | Vectara HHEM-2.1 (the FSPO paper's)    | the hub and trust_remote_code=True  |
 | llm       | a chat model's P(Yes) as a judge       | a local model or an OpenAI-compatible server |
+| kb        | the sentence's claims checked against the kbqa facts parsed from the evidence (None on other data) | nothing (offline) |
 """
 
 from __future__ import annotations
 
 from .base import Verifier, labels_from_scores, pair_key
 from .embedding import EmbeddingVerifier
+from .kb import KBVerifier
 from .lexical import LexicalVerifier
 from .likelihood import LikelihoodVerifier
 from .llm_judge import LLMJudgeVerifier
@@ -26,8 +28,9 @@ VERIFIERS = {
     "nli": CrossEncoderVerifier,
     "hhem": HHEMVerifier,
     "llm": LLMJudgeVerifier,
+    "kb": KBVerifier,
 }
-OFFLINE_VERIFIERS = ("lexical", "embedding", "likelihood", "llm")
+OFFLINE_VERIFIERS = ("lexical", "embedding", "likelihood", "llm", "kb")
 """Verifiers that work with no network (likelihood and llm with their default, the bundled SmolLM2)."""
 
 
@@ -42,6 +45,6 @@ def build_verifier(config) -> Verifier:
 
 __all__ = [
     "Verifier", "LexicalVerifier", "EmbeddingVerifier", "CrossEncoderVerifier", "HHEMVerifier", "LLMJudgeVerifier",
-    "LikelihoodVerifier",
+    "LikelihoodVerifier", "KBVerifier",
     "build_verifier", "labels_from_scores", "pair_key", "VERIFIERS", "OFFLINE_VERIFIERS",
 ]

@@ -12,8 +12,8 @@
 from .lite import (CURVES, HELDOUT_METRICS, OTHER_METRICS, PER_RESPONSE, QA_METRICS, TRAINING_DIAGNOSTICS,
                    flip_example, goal_check, load_heldout, load_training, summarize, summary_markdown,
                    training_diagnostics)
-from .plots import (plot_accuracy_vs_hallucination, plot_decomposition, plot_flip, plot_forest, plot_judges,
-                    plot_training_curves)
+from .plots import (plot_accuracy_vs_hallucination, plot_advantage_mass, plot_decomposition, plot_flip, plot_forest,
+                    plot_judges, plot_supported_unsupported, plot_training_curves)
 from .study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal, detail_arm_check,
                     is_share, judge_labels, judges_of, length_stratum, load_responses, matched_length, metric_cells,
                     metric_scale, other_benchmark_cells, pair_differences, study_statistics)
@@ -24,9 +24,9 @@ __all__ = [
     "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "OTHER_METRICS", "PERCENT_METRICS",
     "PER_RESPONSE", "QA_METRICS", "TRAINING_DIAGNOSTICS", "caution_goal", "detail_answer", "detail_arm_check",
     "detail_markdown", "direction", "flip_example", "format_interval", "goal_check", "is_share", "judge_labels",
-    "judges_of", "length_stratum", "load_heldout", "load_responses", "load_training", "matched_length",
-    "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells", "pair_differences",
-    "plot_accuracy_vs_hallucination", "plot_decomposition", "plot_flip", "plot_forest", "plot_judges",
-    "plot_training_curves", "say_less_reading", "study_markdown", "study_report", "study_statistics", "summarize",
-    "summary_markdown", "training_diagnostics",
+    "judges_of", "length_stratum", "load_heldout", "load_responses", "load_training", "matched_length", "metric_cells",
+    "metric_order", "metric_scale", "other_benchmark_cells", "pair_differences", "plot_accuracy_vs_hallucination",
+    "plot_advantage_mass", "plot_decomposition", "plot_flip", "plot_forest", "plot_judges",
+    "plot_supported_unsupported", "plot_training_curves", "say_less_reading", "study_markdown", "study_report",
+    "study_statistics", "summarize", "summary_markdown", "training_diagnostics",
 ]

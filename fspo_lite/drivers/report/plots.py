@@ -173,3 +173,68 @@ def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | 
     ax.legend(fontsize=8)
     fig.tight_layout()
     return save_figure(fig, path)
+
+
+def plot_supported_unsupported(methods_table: pd.DataFrame, judges: Sequence[str], path: str | Path | None = None,
+                               order: Sequence[str] | None = None):
+    """Supported against unsupported reasoning sentences per response, one panel per judge: each method's mean over
+    seeds with its interval on both axes. Up and to the left is "more right"; down and to the left is "says less"."""
+    plt = pyplot()
+    methods = [m for m in (order or methods_table["method"].unique()) if m in set(methods_table["method"])]
+    fig, axes = plt.subplots(1, max(len(judges), 1), figsize=(4.2 * max(len(judges), 1), 4), squeeze=False)
+    for ax, judge in zip(axes[0], judges):
+        for k, method in enumerate(methods):
+            cells = {}
+            for kind in ("supported", "unsupported"):
+                row = methods_table[(methods_table["metric"] == f"{kind}_per_response@{judge}")
+                                    & (methods_table["method"] == method)]
+                cells[kind] = None if row.empty else row.iloc[0]
+            if cells["supported"] is None or cells["unsupported"] is None:
+                continue
+            x, y = cells["unsupported"], cells["supported"]
+            ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["low"]], [x["high"] - x["mean"]]],
+                        yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o", color=f"C{k}",
+                        capsize=3, label=method)
+        ax.set_title(f"judge: {judge}")
+        ax.set_xlabel("unsupported sentences per response")
+        ax.set_ylabel("supported sentences per response")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)
+
+
+MASS_REGIONS = ("supported", "unsupported", "unchecked", "answer", "other")
+"""The regions of fspo_lite.advantage_mass.REGIONS, in its order (the report does not import the trainer's side)."""
+
+
+def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, order: Sequence[str] | None = None):
+    """Where the gradient goes, per method (mean over steps and seeds of the trainer's `adv_abs_share/<region>` and
+    `adv_signed_share/<region>`): left, the share of sum |A| on each region (stacked to 1); right, the net push
+    sum A / sum |A| on each region (bars: the lowest and highest seed)."""
+    plt = pyplot()
+    methods = [m for m in (order or training["method"].unique()) if m in set(training["method"])
+               and f"adv_abs_share/{MASS_REGIONS[0]}" in training]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    width = 0.8 / max(len(methods), 1)
+    for k, method in enumerate(methods):
+        runs = training[training["method"] == method]
+        bottom = 0.0
+        for r, region in enumerate(MASS_REGIONS):
+            abs_share = runs.groupby("seed")[f"adv_abs_share/{region}"].mean()
+            left.bar(k, abs_share.mean(), 0.6, bottom=bottom, color=f"C{r}", label=region if k == 0 else None)
+            bottom += abs_share.mean()
+            signed = runs.groupby("seed")[f"adv_signed_share/{region}"].mean()
+            mean = signed.mean()
+            right.bar(r + k * width, mean, width, color=f"C{k}", label=method if r == 0 else None,
+                      yerr=[[mean - signed.min()], [signed.max() - mean]], capsize=3)
+    left.set_xticks(range(len(methods)))
+    left.set_xticklabels(methods)
+    left.set_ylabel("share of sum |A| over tokens")
+    left.legend(fontsize=8, loc="upper right")
+    right.axhline(0, color="black", linewidth=0.8)
+    right.set_xticks([r + width * (len(methods) - 1) / 2 for r in range(len(MASS_REGIONS))])
+    right.set_xticklabels(MASS_REGIONS)
+    right.set_ylabel("sum A / sum |A| (net push up > 0)")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    return save_figure(fig, path)

@@ -13,8 +13,8 @@ from typing import Sequence
 import pandas as pd
 
 from ...evaluation.metrics import DECOMPOSITION
-from .lite import OTHER_METRICS
-from .plots import plot_forest, plot_judges
+from .lite import OTHER_METRICS, load_training
+from .plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
 from .study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check, is_share, judges_of,
                     load_responses, matched_length, metric_cells, metric_scale, pair_differences, study_statistics)
 
@@ -253,7 +253,8 @@ def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str
                  write_markdown: bool = True, detail_arm: tuple[str, str] = DETAIL_ARM) -> dict:
     """Everything above from a runs folder: the tables, <results_dir>/summary.md (when write_markdown) and
     summary.json's "statistics" part (returned), <figures_dir>/<prefix>paired_differences.png and
-    <prefix>step_hallucination_by_judge.png. `detail_arm`: (arm, the method it adds the detail term to); when
+    <prefix>step_hallucination_by_judge.png, <prefix>supported_vs_unsupported.png and, for runs that logged it,
+    <prefix>advantage_mass.png. `detail_arm`: (arm, the method it adds the detail term to); when
     both were run, the summary answers the detail arm's question (`detail_arm_check`)."""
     responses = load_responses(runs_dir)
     judges = judges_of(responses)
@@ -286,6 +287,12 @@ def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str
     if judges:
         figures["step_hallucination_by_judge"] = str(Path(figures_dir) / f"{prefix}step_hallucination_by_judge.png")
         plot_judges(tables["methods"], judges, figures["step_hallucination_by_judge"], order)
+        figures["supported_vs_unsupported"] = str(Path(figures_dir) / f"{prefix}supported_vs_unsupported.png")
+        plot_supported_unsupported(tables["methods"], judges, figures["supported_vs_unsupported"], order)
+    training = load_training(runs_dir)
+    if "adv_abs_share/supported" in training:  # runs trained since the trainer logs the advantage mass
+        figures["advantage_mass"] = str(Path(figures_dir) / f"{prefix}advantage_mass.png")
+        plot_advantage_mass(training, figures["advantage_mass"], order)
     if write_markdown:
         Path(results_dir).mkdir(parents=True, exist_ok=True)
         (Path(results_dir) / "summary.md").write_text(text)

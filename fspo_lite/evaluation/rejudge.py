@@ -1,0 +1,87 @@
+"""Judge held-out responses already on disk again with another step verifier, without retraining or regenerating:
+the knowledge-base checker (verifier `kb`) as a held-out judge of the kbqa answers of every run.
+
+    python -m fspo_lite.evaluation.rejudge --runs runs/study --judge kb
+
+Each run's eval/records.jsonl keeps, per kbqa response, its text (`output`) and the character spans of its
+reasoning sentences (`sentence_spans`); the judge labels those sentences against the question's evidence and the
+labels are stored as `sentence_labels_by_judge[<judge>]`, where the study report (fspo_lite.drivers.report.study)
+reads every judge. Adding evaluation.extra_step_verifiers would change every run's settings key and retrain the
+finished runs; this leaves them as they are. Records of other benchmarks are left untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Sequence
+
+
+def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, threshold: float = 0.5,
+                    qa: str = "kbqa") -> int:
+    """Add `sentence_labels_by_judge[judge]` (+1/-1/0 per reasoning sentence) to every `qa` record, in place.
+    `examples`: question id -> QAExample (question and evidence). Returns the number of records judged."""
+    from ..verifiers import labels_from_scores
+
+    owners, evidence, sentences, questions = [], [], [], []
+    for index, record in enumerate(records):
+        if record.get("benchmark") != qa:
+            continue
+        example = examples.get(record["id"])
+        if example is None:
+            raise ValueError(f"question {record['id']!r} is not in the evaluation data; pass the file the runs "
+                             "were evaluated on with --data")
+        for start, end in record.get("sentence_spans") or []:
+            owners.append(index)
+            evidence.append(example.evidence)
+            sentences.append(record["output"][start:end])
+            questions.append(example.question)
+    scores = verifier.score(evidence, sentences, questions) if owners else []
+    labels = labels_from_scores(scores, threshold)
+    judged = {i for i, r in enumerate(records) if r.get("benchmark") == qa}
+    for index in judged:
+        by_judge = records[index].setdefault("sentence_labels_by_judge", {})
+        by_judge[judge] = []
+    for owner, label in zip(owners, labels):
+        records[owner]["sentence_labels_by_judge"][judge].append(label)
+    return len(judged)
+
+
+def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundled:kbqa_test",
+                 threshold: float = 0.5) -> dict[str, int]:
+    """Rejudge every run's eval/records.jsonl under runs_dir (rewritten in place); {run: records judged}."""
+    from ..data import load_examples
+
+    examples = {e.id: e for e in load_examples(data)}
+    done = {}
+    for path in sorted(Path(runs_dir).glob("*/eval/records.jsonl")):
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        done[path.parent.parent.name] = rejudge_records(records, examples, verifier, judge, threshold)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", required=True, help="folder of runs (each with eval/records.jsonl)")
+    parser.add_argument("--judge", default="kb", help="a verifier name (fspo_lite.verifiers.VERIFIERS)")
+    parser.add_argument("--data", default="bundled:kbqa_test", help="the kbqa file the runs were evaluated on")
+    parser.add_argument("--threshold", type=float, default=0.5)
+    args = parser.parse_args(argv)
+    if not Path(args.runs).is_dir():
+        parser.error(f"no runs folder {args.runs}")
+    from ..config import VerifierConfig
+    from ..verifiers import build_verifier
+
+    verifier = build_verifier(VerifierConfig(name=args.judge))
+    done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
+    for run, n in done.items():
+        print(f"[rejudge] {run}: {n} kbqa records judged by {args.judge}")
+    if not done:
+        print(f"[rejudge] no eval/records.jsonl under {args.runs}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,45 @@
+"""The study profile's added arms (configs/lite/study.yaml): their configs validate, they set what they say, and the
+finished arms' runs keep their settings keys (a rerun skips them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fspo_lite.config import validate_config
+from fspo_lite.data import load_examples
+from fspo_lite.drivers.experiment import load_profile
+from fspo_lite.drivers.runs import run_config, run_key
+
+NEW_ARMS = {"fspo+kb": ("fspo", "kb", 8), "grpo+4x": ("grpo", "lexical", 32), "fspo+4x": ("fspo", "lexical", 32)}
+
+
+def study_parameters():
+    return dict(load_profile("study").notebooks)["03_train_fspo.ipynb"]
+
+
+def shared(parameters):
+    """The dotted settings notebook 03 shares between arms (the ones the arms could collide with)."""
+    return {"model.name": "tiny", "train.steps": parameters["steps"], "rollout.group_size": parameters["group_size"],
+            "verifier.name": parameters["train_verifier"],
+            "evaluation.step_verifier": parameters["judge_verifier"], **parameters["overrides"]}
+
+
+@pytest.mark.parametrize("arm", sorted(NEW_ARMS))
+def test_added_arms_validate_and_set_their_keys(arm):
+    parameters = study_parameters()
+    assert arm in parameters["methods"] and arm in dict(load_profile("study").notebooks)["04_results.ipynb"]["order"]
+    config = run_config(shared(parameters), arm, 0, "runs/study", arms=parameters["arms"])
+    validate_config(config)
+    method, verifier, steps = NEW_ARMS[arm]
+    assert (config.reward.method, config.verifier.name, config.train.steps) == (method, verifier, steps)
+    assert config.train.save_every == 4 and config.rollout.group_size == parameters["group_size"]
+
+
+def test_the_finished_arms_keep_their_settings_keys():
+    parameters = study_parameters()
+    old_arms = {"fspo+detail": parameters["arms"]["fspo+detail"]}
+    examples = load_examples("bundled:kbqa_train")[:4]
+    for arm in ("grpo", "fspo", "caution", "fspo+detail"):
+        before = run_config(shared(parameters), arm, 0, "runs/study", arms=old_arms)
+        after = run_config(shared(parameters), arm, 0, "runs/study", arms=parameters["arms"])
+        assert run_key(before, examples) == run_key(after, examples)

@@ -2,7 +2,7 @@
 alternated on the same batch.
 
     python bench/prompt_prefix.py [--questions 16] [--samples 4] [--tokens 64] [--repeats 2]
-                                  [--setting share_prompt_prefix|drop_ended_rows] [--temperature 0]
+                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache] [--temperature 0]
 
 The held-out knowledge-base prompts of the harness (system prompt, two demonstrations, the question: about 170
 tokens, of which the first 152 are the same for every question) through TransformersRollout with the harness's
@@ -10,7 +10,8 @@ batch (all prompts x samples in one batch), greedy so both settings must give th
 sampled at `--temperature` from the same seed (both settings keep the random draws in their places, so the
 answers must match there too). Prints wall and process CPU seconds of each setting (median over the repeats)
 and their ratio. `--setting drop_ended_rows` times `fspo_lite.decoding.decode` against `model.generate`; it
-matters for sampled batches, which run until their longest answer ends.
+matters for sampled batches, which run until their longest answer ends. `--setting preallocate_cache` times
+`decode` with its KV cache written in place against the concatenating cache.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows"])
+    parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows",
+                                                                                "preallocate_cache"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled from seed 0")
     args = parser.parse_args()
 

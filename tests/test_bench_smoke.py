@@ -118,3 +118,8 @@ def test_study_time_runs(tmp_path):
     out = tmp_path / "study_time.json"
     run("bench/study_time.py", "--profile", "quick", "--steps", "1", "--fraction", "0.01", "--out", str(out))
     assert json.loads(out.read_text())["profile"] == "quick"
+
+
+def test_gemm_dtype_runs():
+    stdout = run("bench/gemm_dtype.py", "--rows", "4", "--rounds", "1", "--seconds", "0.01", "--threads", "1")
+    assert "4 rows: float32 " in stdout and "bfloat16 / float32 speed" in stdout

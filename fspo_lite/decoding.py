@@ -123,7 +123,8 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
 @torch.no_grad()
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_ids: list[int],
            pad_id: int, do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0,
-           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True) -> torch.Tensor:
+           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
+           min_new_tokens: int = 0) -> torch.Tensor:
     """New tokens (rows, steps) for left-padded prompts: sampled (or greedy, do_sample=False), pad after each row's
     first EOS; steps = max_new_tokens or fewer when every row has ended.
 
@@ -131,7 +132,8 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
     rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work). preallocate_cache: after
     the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
-    values in place instead of copying the whole cache (the same numbers either way)."""
+    values in place instead of copying the whole cache (the same numbers either way). min_new_tokens: no EOS before
+    that many tokens (their logits set to -inf first, as `generate`'s MinNewTokensLengthLogitsProcessor does)."""
     if do_sample and temperature <= 0:
         raise ValueError(f"sampling needs a temperature above 0, got {temperature}")
     rows, device = input_ids.shape[0], input_ids.device
@@ -156,6 +158,8 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new
             full = torch.zeros(rows, logits.shape[-1], dtype=logits.dtype, device=device)
             full[live] = logits
             logits = full
+        if step < min_new_tokens:
+            logits = logits.index_fill(1, eos, float("-inf"))
         scores = process_logits(logits, temperature, top_p) if do_sample else logits
         if do_sample:
             next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)

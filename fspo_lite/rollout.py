@@ -128,12 +128,13 @@ class TransformersRollout:
                 sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
                     else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
                 limit = max_new_tokens or self.max_new_tokens
-                if self.drop_ended_rows and not self.generate_kwargs and plain_sampling(
+                if self.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
                         getattr(model, "generation_config", None)):
                     new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], limit, eos, pad_id,
                                         do_sample, self.temperature, self.top_p,
                                         self._prefilled(encoded).get("past_key_values"),
-                                        preallocate_cache=self.preallocate_cache)
+                                        preallocate_cache=self.preallocate_cache,
+                                        min_new_tokens=self.generate_kwargs.get("min_new_tokens") or 0)
                 else:
                     output = model.generate(**encoded, max_new_tokens=limit, eos_token_id=eos, pad_token_id=pad_id,
                                             use_cache=True, **sampling, **self._prefilled(encoded),

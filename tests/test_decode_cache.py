@@ -71,3 +71,33 @@ def test_decode_gives_the_same_tokens_with_and_without_preallocation(tiny, compa
     assert torch.equal(outputs[True], outputs[False])
     ended_early = (outputs[True] == tokenizer.pad_token_id).any(dim=1)
     assert ended_early.any()  # some row left the pass before the last step
+
+
+def test_min_new_tokens_matches_generate_and_the_rollout_uses_decode_for_it(tiny):
+    """generate_kwargs={"min_new_tokens": N} (bench/grpo_step.py forces the length so) stays on `decode`, with the
+    tokens `generate` draws: no EOS before N tokens, the same random draws."""
+    from fspo_lite.rollout import TransformersRollout
+
+    model, tokenizer = tiny
+    prompts = ["a b c", "question one two three four", "x", "the quick brown fox"]
+    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    eos = list(range(0, model.config.vocab_size, 11))  # rows would end within a few tokens without the minimum
+    torch.manual_seed(7)
+    reference = model.generate(**encoded, max_new_tokens=12, min_new_tokens=9, eos_token_id=eos,
+                               pad_token_id=tokenizer.pad_token_id, do_sample=True, temperature=0.9,
+                               top_k=0)[:, encoded["input_ids"].shape[1]:]
+    torch.manual_seed(7)
+    mine = decode(model, encoded["input_ids"], encoded["attention_mask"], 12, eos, tokenizer.pad_token_id,
+                  temperature=0.9, min_new_tokens=9)
+    assert torch.equal(reference, mine)
+    assert not torch.isin(mine[:, :9], torch.tensor(eos)).any()
+
+    calls = []
+    engine = TransformersRollout(model, tokenizer, max_new_tokens=6, generate_kwargs={"min_new_tokens": 6})
+    original = model.generate
+    model.generate = lambda *args, **kwargs: calls.append(kwargs) or original(*args, **kwargs)
+    try:
+        rollout = engine.generate(prompts, 2)
+    finally:
+        del model.generate
+    assert calls == [] and rollout.completion_lengths.tolist() == [6] * 8

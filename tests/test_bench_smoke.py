@@ -71,7 +71,7 @@ def test_eval_throughput_runs():
 
 def test_prompt_prefix_runs_and_both_settings_agree():
     stdout = run("bench/prompt_prefix.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens", "4",
-                 "--repeats", "1", "--setting", "drop_ended_rows", "--temperature", "0.7")
+                 "--repeats", "1", "--setting", "preallocate_cache", "--temperature", "0.7", "--min-new-tokens", "2")
     assert "same answers: True" in stdout
 
 

@@ -65,7 +65,8 @@ bench-gpu: test-gpu
 	$(BIN)/python scripts/bench_gpu.py --out docs/gpu_results.jsonl
 
 # fspo-lite's training step against TRL's GRPOTrainer on this CPU (docs/performance.md); TRL comes from the
-# `bench` extra, which the tests never need. Run it alone: other jobs on the machine distort the timings.
+# `bench` extra (also in `dev`: tests/test_bench_smoke.py runs one tiny step of each side). Run it alone: other jobs
+# on the machine distort the timings.
 bench-cpu: $(STAMP)
 	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[bench]'
 	$(BIN)/python bench/grpo_step.py --out results/bench_grpo_step.jsonl

@@ -1,6 +1,7 @@
 """Benchmark: SmolLM2-135M-Instruct with a 4-bit NF4 base (bitsandbytes) against float32, LoRA, on the CPU.
 
     python bench/four_bit_cpu.py [--repeats 2] [--out results/bench_four_bit_cpu.jsonl]
+                                 [--model smollm2-135m] [--variants float32,nf4] [--tokens 32] [--length 96]
 
 Each variant runs in its own process (peak RSS is the process's high-water mark, VmHWM) and does the
 same work: load the policy the trainer loads (`load_policy`, LoRA r 16 on all seven projections), then
@@ -21,6 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -37,26 +39,26 @@ def rss_kib(field: str) -> int:
     return -1
 
 
-def worker(four_bit: bool, repeats: int, queue) -> None:
+def worker(model_name: str, four_bit: bool, repeats: int, tokens: int, length: int, queue) -> None:
     import torch
 
     from fspo_lite.config import ModelConfig
     from fspo_lite.models import load_policy
 
     started = time.perf_counter()
-    model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", load_in_4bit=four_bit))
+    model, tokenizer = load_policy(ModelConfig(name=model_name, load_in_4bit=four_bit))
     load_time = time.perf_counter() - started
     loaded_rss = rss_kib("VmRSS")
     chats = [tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
              for p in PROMPTS]
     prompts = tokenizer(chats, return_tensors="pt", padding=True)
     generator = torch.Generator().manual_seed(0)
-    batch = torch.randint(100, 40_000, (8, 96), generator=generator)
+    batch = torch.randint(100, 40_000, (8, length), generator=generator)
 
     def generate():
         model.eval()
         with torch.no_grad():
-            return model.generate(**prompts, max_new_tokens=32, min_new_tokens=32, do_sample=False)
+            return model.generate(**prompts, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
 
     def update():
         model.train()
@@ -79,22 +81,38 @@ def worker(four_bit: bool, repeats: int, queue) -> None:
         "update_s": round(statistics.mean(times["update"]), 2),
         "loaded_rss_mib": round(loaded_rss / 1024), "peak_rss_mib": round(rss_kib("VmHWM") / 1024),
         "footprint_mib": round(model.get_memory_footprint() / 2**20), "answer_0": answer.strip()[:60],
-        "repeats": repeats, "torch_threads": torch.get_num_threads(),
+        "repeats": repeats, "torch_threads": torch.get_num_threads(), "model": model_name,
+        "new_tokens": tokens, "update_length": length,
     })
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="results/bench_four_bit_cpu.jsonl")
-    args = parser.parse_args()
+    parser.add_argument("--model", default="smollm2-135m", help="the policy (the tiny test model has no 4-bit form)")
+    parser.add_argument("--variants", default="float32,nf4", help="float32, nf4 or both")
+    parser.add_argument("--tokens", type=int, default=32, help="new tokens per prompt in the generation")
+    parser.add_argument("--length", type=int, default=96, help="tokens per sequence in the update")
+    args = parser.parse_args(argv)
+    variants = args.variants.split(",")
+    if set(variants) - {"float32", "nf4"}:
+        parser.error(f"--variants: float32 and/or nf4, not {args.variants}")
     context = multiprocessing.get_context("spawn")
     rows = []
-    for four_bit in (False, True):
+    for four_bit in [variant == "nf4" for variant in variants]:
         queue = context.Queue()
-        process = context.Process(target=worker, args=(four_bit, args.repeats, queue))
+        process = context.Process(target=worker, args=(args.model, four_bit, args.repeats, args.tokens, args.length,
+                                                       queue))
         process.start()
-        row = queue.get()
+        row = None
+        while row is None:  # a worker that dies (a failed load) ends the run instead of hanging it
+            try:
+                row = queue.get(timeout=5)
+            except Empty:
+                if not process.is_alive():
+                    raise RuntimeError(f"the {'nf4' if four_bit else 'float32'} worker died "
+                                       f"(exit code {process.exitcode})") from None
         process.join()
         row.update(machine=platform.machine(), python=platform.python_version(),
                    time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
@@ -105,6 +123,8 @@ def main() -> None:
     with open(out, "a") as handle:
         for row in rows:
             handle.write(json.dumps(row) + "\n")
+    if len(rows) < 2:
+        return
     base, quant = rows
     print(f"4-bit / float32: generation x{quant['generation_s'] / base['generation_s']:.2f}, "
           f"update x{quant['update_s'] / base['update_s']:.2f}, "

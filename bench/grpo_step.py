@@ -16,8 +16,10 @@ kernel's high-water mark of its resident set, VmHWM) and reads VmHWM after it, g
 peak RSS during that step. The model-loaded RSS of each worker is reported too.
 
 After the comparison, the fspo-lite worker runs --overhead-steps FSPO steps at natural length
-(no forced length, so responses end and their reasoning is verified) and times verification,
-alignment (sentence spans to tokens) and the flip against the rest of the step.
+(no forced length, so responses end and their reasoning is verified). After each, it scores that
+step's responses again through the trainer's public `score_rollouts` + `advantages_from_scores`,
+once as FSPO and once as GRPO without sentence verdicts; the difference (verification, sentence
+spans to tokens, the flip) is FSPO's extra work, reported against the rest of the step.
 
 The last line holds the ratios of each model, so a rerun can be compared at a glance.
 """
@@ -182,7 +184,7 @@ def init_worker(settings: BenchSettings) -> None:
 
 
 # ---- the two sides -----------------------------------------------------------------------------------
-def fspo_config(settings: BenchSettings, output_dir: str):
+def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = None):
     from fspo_lite.config import load_config
 
     return load_config(overrides={
@@ -195,7 +197,7 @@ def fspo_config(settings: BenchSettings, output_dir: str):
         "train.prompts_per_step": settings.prompts_per_step, "train.micro_batch_size": settings.micro_batch_size,
         "train.learning_rate": settings.learning_rate, "train.beta": settings.beta,
         "train.ppo_epochs": settings.ppo_epochs, "train.loss_aggregation": "token-mean",
-        "train.seed": settings.seed, "train.output_dir": output_dir, "train.steps": 10**6,
+        "train.seed": settings.seed, "train.output_dir": output_dir, "train.steps": 10**6, **(extra or {}),
     })
 
 
@@ -208,34 +210,35 @@ def step_examples(config, count: int):
     return examples, order
 
 
-class FspoTimers:
-    """Wraps the FSPO-only functions (verification, sentence-to-token alignment, flip) with timers."""
+def scoring_seconds(trainer, config, repeats: int = 3) -> tuple[float, int]:
+    """Seconds (fastest of `repeats`) to score the trainer's last rollout and turn the scores into token advantages
+    under `config` (fspo_lite.trainer's public `score_rollouts` and `advantages_from_scores`, as `train_step` calls
+    them), and the number of reasoning sentences the verifier labelled (supported or unsupported)."""
+    from fspo_lite.rewards import build_reward_tools
+    from fspo_lite.trainer import advantages_from_scores, score_rollouts
 
-    def __init__(self):
-        from fspo_lite import algos, rewards
+    examples, rollout = trainer.last_rollout
+    per_response = [e for e in examples for _ in range(config.rollout.group_size)]
+    tools = build_reward_tools(config)
+    best, scored = float("inf"), None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        scored = score_rollouts(per_response, rollout, trainer.tokenizer, config, trainer.verifier, tools=tools)
+        advantages_from_scores(scored, rollout.completion_mask, config)
+        best = min(best, time.perf_counter() - started)
+    sentences = sum(1 for verdict in scored.verdicts for label in verdict.labels if label != 0)
+    return best, sentences
 
-        self.seconds = 0.0
-        self.sentences = 0
-        self._patch(rewards, "verify_sentences", count=True)
-        self._patch(rewards, "sentence_mask")
-        self._patch(algos, "fspo_flip")
 
-    def _patch(self, module, name: str, count: bool = False) -> None:
-        original = getattr(module, name)
-
-        def timed(*args, **kwargs):
-            started = time.perf_counter()
-            result = original(*args, **kwargs)
-            self.seconds += time.perf_counter() - started
-            if count:
-                self.sentences += sum(sum(1 for label in v.labels if label != 0) for v in result)
-            return result
-
-        setattr(module, name, timed)
-
-    def take(self) -> tuple[float, int]:
-        seconds, sentences, self.seconds, self.sentences = self.seconds, self.sentences, 0.0, 0
-        return seconds, sentences
+def fspo_extra_seconds(trainer, settings: BenchSettings, output_dir: str) -> tuple[float, int]:
+    """FSPO's extra work on the trainer's last rollout: scoring + advantages under FSPO minus the same under GRPO
+    without sentence verdicts (what remains is verification, sentence spans to tokens and the flip), and the
+    sentences verified. Both through the trainer's public functions on the same responses: no module attribute
+    is patched, so a renamed or moved function fails loudly instead of silently timing nothing."""
+    fspo, sentences = scoring_seconds(trainer, trainer.config)
+    grpo, _ = scoring_seconds(trainer, fspo_config(settings, output_dir, {
+        "reward.method": "grpo", "reward.log_step_factuality": False}))
+    return max(fspo - grpo, 0.0), sentences
 
 
 def fspo_worker(settings: BenchSettings, conn) -> None:
@@ -243,11 +246,18 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
     init_worker(settings)
     from fspo_lite.trainer import Trainer
 
-    timers = FspoTimers()
+    class RecordingTrainer(Trainer):
+        """Keeps each step's prompts and rollout (through the public `rollout` method) for `fspo_extra_seconds`."""
+
+        def rollout(self, examples):
+            result = super().rollout(examples)
+            self.last_rollout = (examples, result)
+            return result
+
     with tempfile.TemporaryDirectory() as output_dir:
         config = fspo_config(settings, output_dir)
         examples, order = step_examples(config, settings.prompts_per_step * 10_000)
-        trainer = Trainer(config, train_examples=examples, progress=False)
+        trainer = RecordingTrainer(config, train_examples=examples, progress=False)
         conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions()})
         while True:
             message = conn.recv()
@@ -255,17 +265,16 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
                 break
             forced = message == "step"  # "natural": responses may end early (the FSPO overhead phase)
             trainer.engine.generate_kwargs["min_new_tokens"] = settings.max_new_tokens if forced else 0
-            timers.take()
             reset_peak(settings.device)
             started = time.perf_counter()
             metrics = trainer.train_step()
             peak = read_peak_mb(settings.device)
             seconds = time.perf_counter() - started
-            fspo_s, sentences = timers.take()
             parts = {"generation_s": metrics["generation_time"], "reward_s": metrics["reward_time"],
-                     "update_s": metrics["update_time"], "fspo_s": fspo_s, "verified_sentences": sentences,
-                     "format_rate": metrics["format_rate"]}
-            tokens = round(metrics["completion_length"] * settings.responses)
+                     "update_s": metrics["update_time"], "format_rate": metrics["format_rate"]}
+            if not forced:  # timed after the step on its responses, so the step's own time is untouched
+                parts["fspo_s"], parts["verified_sentences"] = fspo_extra_seconds(trainer, settings, output_dir)
+            tokens = int(trainer.last_rollout[1].completion_mask.sum())
             conn.send(asdict(StepRecord(seconds, peak, tokens, parts)))
 
 
@@ -357,13 +366,21 @@ def versions() -> dict:
 
 # ---- the coordinator ---------------------------------------------------------------------------------
 def start(target, *args):
+    """Start a worker process; its "ready" message is read later (`ready`), so two workers load at once."""
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(target=target, args=(*args, child), daemon=True)
     process.start()
     child.close()  # so that recv() raises EOFError instead of hanging when the worker dies
-    ready = parent.recv()
-    return process, parent, ready
+    return process, parent
+
+
+def ready(process, conn) -> dict:
+    try:
+        return conn.recv()
+    except EOFError:
+        process.join(timeout=10)
+        raise RuntimeError(f"a benchmark worker died while loading (exit code {process.exitcode})") from None
 
 
 def step(conn, message: str = "step") -> StepRecord:
@@ -373,8 +390,9 @@ def step(conn, message: str = "step") -> StepRecord:
 
 def run_model(settings: BenchSettings, steps: int, warmup: int, overhead_steps: int) -> dict:
     """Alternate fspo-lite and TRL steps (the order flips every round), then the FSPO overhead steps."""
-    ours_process, ours, ours_ready = start(fspo_worker, settings)
-    theirs_process, theirs, theirs_ready = start(trl_worker, settings, warmup + steps)
+    ours_process, ours = start(fspo_worker, settings)
+    theirs_process, theirs = start(trl_worker, settings, warmup + steps)
+    ours_ready, theirs_ready = ready(ours_process, ours), ready(theirs_process, theirs)
     records = {"fspo-lite": [], "trl": []}
     for round_index in range(warmup + steps):
         pair = [("fspo-lite", ours), ("trl", theirs)]

@@ -1,6 +1,6 @@
 """The likelihood verifier with and without one pass per evidence (share_evidence), and again with its kept states.
 
-    python bench/likelihood_share.py [--repeats 2]
+    python bench/likelihood_share.py [--repeats 2] [--limit N] [--model smollm2-135m]
 
 The 157 labelled sentences of data/gold_sentences.jsonl (85 distinct evidence texts, in file order, so sentences
 of one response sit together as they do in the harness), scored in the verifier's default batches of 32 by the
@@ -32,11 +32,13 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=32)
-    args = parser.parse_args()
+    parser.add_argument("--limit", type=int, help="only the first N sentences")
+    parser.add_argument("--model", default="smollm2-135m", help="the judge model (the verifier's default: smollm2-135m)")
+    args = parser.parse_args(argv)
 
     from fspo_lite.config import ModelConfig
     from fspo_lite.models import load_model, load_tokenizer
@@ -44,8 +46,9 @@ def main() -> int:
     from fspo_lite.verifiers.cli import machine_description
 
     rows = [json.loads(line) for line in (ROOT / "data" / "gold_sentences.jsonl").read_text().splitlines() if line]
+    rows = rows[: args.limit]
     evidence, sentences = [r["evidence"] for r in rows], [r["sentence"] for r in rows]
-    model, tokenizer = load_model(ModelConfig(name="smollm2-135m", lora=False)), load_tokenizer("smollm2-135m")
+    model, tokenizer = load_model(ModelConfig(name=args.model, lora=False)), load_tokenizer(args.model)
     print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f}; {len(rows)} sentences, "
           f"{len(set(evidence))} distinct evidence texts")
     times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}

@@ -1,6 +1,7 @@
 """How much of each study piece is matrix products: the share no code change short of fewer FLOPs can remove.
 
     python bench/matmul_share.py [--questions 16] [--items 20] [--steps 2] [--threads 1] [--data-dir DIR]
+                                 [--profile study] [--judge likelihood] [--judge-model NAME]
 
 Runs, on the bundled SmolLM2-135M with the study profile's settings (configs/lite/study.yaml), one piece of each
 kind under torch's profiler: kbqa generation (`--questions` x 4 sampled answers), the likelihood judge on those
@@ -58,14 +59,17 @@ def gemm_rate(repeats: int = 10) -> float:
     return 2 * 4096 * 576 * 1536 * repeats / (time.perf_counter() - start) / 1e9
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--items", type=int, default=20)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (a study worker has 1)")
     parser.add_argument("--data-dir", help="the data folder (default: $FSPO_LITE_DATA, else ~/.cache/fspo-lite/data)")
-    args = parser.parse_args()
+    parser.add_argument("--profile", default="study", help="the lite profile whose notebook-03 settings are used")
+    parser.add_argument("--judge", default="likelihood", help="the step judge timed on the kbqa answers' sentences")
+    parser.add_argument("--judge-model", help="verifier.model of the judge (default: the judge's own)")
+    args = parser.parse_args(argv)
 
     import dataclasses
 
@@ -73,7 +77,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(ROOT / "bench"))
-    from study_time import shared_settings
+    from study_time import notebook03_parameters, shared_settings
 
     from fspo_lite.config import apply_overrides
     from fspo_lite.drivers.experiment import load_profile, local_sources
@@ -89,8 +93,8 @@ def main() -> int:
     from fspo_lite.verifiers import build_verifier
     from fspo_lite.verifiers.cli import machine_description
 
-    profile = load_profile("study")
-    params = dict(profile.notebooks)["03_train_fspo.ipynb"]
+    profile = load_profile(args.profile)
+    params = notebook03_parameters(profile)
     sources, used = local_sources(profile.local_data, args.data_dir)
     shared = shared_settings(params)
     shared.update({f"evaluation.sources.{name}": path for name, path in sources.items()})
@@ -116,9 +120,9 @@ def main() -> int:
         for start, end in reasoning_sentences(text):
             sentences.append(text[start:end])
             evidence.append(questions[index // ev.samples].evidence)
-    judge = build_verifier(dataclasses.replace(config.verifier, name="likelihood"))
+    judge = build_verifier(dataclasses.replace(config.verifier, name=args.judge, model=args.judge_model))
     judge.gains(list(dict.fromkeys(evidence)), ["x"] * len(set(evidence)))  # encode these questions' evidence first
-    profiled(f"likelihood judge, {len(sentences)} sentences (evidence kept)", lambda: judge.gains(evidence, sentences))
+    profiled(f"{args.judge} judge, {len(sentences)} sentences (evidence kept)", lambda: judge.gains(evidence, sentences))
     for name, label in (("truthfulqa_mc", "TruthfulQA MC"), ("halueval", "HaluEval")):
         settings = apply_overrides(run_config(shared, "fspo", 0, config.train.output_dir), {
             "evaluation.benchmarks": [name], "evaluation.limit": args.items,

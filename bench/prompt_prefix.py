@@ -2,7 +2,8 @@
 alternated on the same batch.
 
     python bench/prompt_prefix.py [--questions 16] [--samples 4] [--tokens 64] [--repeats 2]
-                                  [--setting share_prompt_prefix|drop_ended_rows] [--temperature 0]
+                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache] [--temperature 0]
+                                  [--min-new-tokens 0] [--threads N]
 
 The held-out knowledge-base prompts of the harness (system prompt, two demonstrations, the question: about 170
 tokens, of which the first 152 are the same for every question) through TransformersRollout with the harness's
@@ -10,7 +11,8 @@ batch (all prompts x samples in one batch), greedy so both settings must give th
 sampled at `--temperature` from the same seed (both settings keep the random draws in their places, so the
 answers must match there too). Prints wall and process CPU seconds of each setting (median over the repeats)
 and their ratio. `--setting drop_ended_rows` times `fspo_lite.decoding.decode` against `model.generate`; it
-matters for sampled batches, which run until their longest answer ends.
+matters for sampled batches, which run until their longest answer ends. `--setting preallocate_cache` times
+`decode` with its KV cache written in place against the concatenating cache.
 """
 
 from __future__ import annotations
@@ -33,16 +35,20 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows"])
+    parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows",
+                                                                                "preallocate_cache"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled from seed 0")
-    args = parser.parse_args()
+    parser.add_argument("--min-new-tokens", type=int, default=0,
+                        help="force at least this many tokens per answer (bench/grpo_step.py forces the full length)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    args = parser.parse_args(argv)
 
     import torch
 
@@ -53,6 +59,8 @@ def main() -> int:
     from fspo_lite.rollout import TransformersRollout
     from fspo_lite.verifiers.cli import machine_description
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model, tokenizer = load_policy(ModelConfig(name=args.model, lora=False))
     examples = load_examples("bundled:kbqa_test", limit=args.questions)
     prompts = [prompt_text(tokenizer, e, Config().data) for e in examples]
@@ -63,7 +71,9 @@ def main() -> int:
     for repeat in range(args.repeats):
         for share in (False, True) if repeat % 2 == 0 else (True, False):
             engine = TransformersRollout(model, tokenizer, max_new_tokens=args.tokens, generation_batch_size=batch,
-                                         temperature=args.temperature or 1.0, **{args.setting: share})
+                                         temperature=args.temperature or 1.0, **{args.setting: share},
+                                         generate_kwargs={"min_new_tokens": args.min_new_tokens} if args.min_new_tokens
+                                         else None)
             torch.manual_seed(0)
             wall, cpu = time.perf_counter(), cpu_seconds()
             with torch.no_grad():

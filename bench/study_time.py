@@ -26,6 +26,7 @@ are inflated, and CPU seconds / 2 (two cores kept busy) is the better guess for 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import resource
@@ -57,6 +58,19 @@ class Clock:
         result = (wall - self.wall, cpu - self.cpu)
         self.wall, self.cpu = wall, cpu
         return result
+
+
+def notebook_defaults(name: str = "03_train_fspo.ipynb") -> dict:
+    """The literal defaults of a notebook's parameters cell (what papermill overrides with a profile's values)."""
+    cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {node.targets[0].id: ast.literal_eval(node.value) for node in ast.parse(source).body
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)}
+
+
+def notebook03_parameters(profile) -> dict:
+    """Notebook 03's parameters under a lite profile: the notebook's defaults, then the profile's values."""
+    return {**notebook_defaults(), **dict(profile.notebooks)["03_train_fspo.ipynb"]}
 
 
 def shared_settings(p: dict) -> dict:
@@ -109,7 +123,7 @@ def main() -> int:
     from fspo_lite.verifiers.cli import machine_description
 
     profile = load_profile(args.profile)
-    params = dict(profile.notebooks)["03_train_fspo.ipynb"]
+    params = notebook03_parameters(profile)
     sources, used = local_sources(profile.local_data, args.data_dir)
     shared = shared_settings(params)
     shared.update({f"evaluation.sources.{name}": path for name, path in sources.items()})

@@ -1,7 +1,7 @@
 """TruthfulQA MC scoring at the study's size: seconds of `PrefixScorer.score` and agreement with the direct
 computation.
 
-    python bench/truthfulqa_mc.py [--items 200] [--batch-size 64] [--check 60] [--data-dir DIR]
+    python bench/truthfulqa_mc.py [--items 200] [--batch-size 64] [--check 60] [--data-dir DIR] [--model smollm2-135m]
 
 Scores every (question, choice) pair of the first `--items` TruthfulQA MC items (the full release from the data
 folder when it is there, else the bundled sample) with the bundled SmolLM2-135M, as the harness does, and prints
@@ -21,14 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--items", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--check", type=int, default=60, help="pairs compared with the direct computation")
     parser.add_argument("--data-dir", help="data folder with truthfulqa.jsonl (default: $FSPO_LITE_DATA, else the "
                                            "cache folder; absent: the bundled sample)")
-    args = parser.parse_args()
+    parser.add_argument("--model", default="smollm2-135m", help="the scoring model (the harness's: smollm2-135m)")
+    args = parser.parse_args(argv)
     if args.data_dir:
         os.environ["FSPO_LITE_DATA"] = args.data_dir
 
@@ -41,7 +42,7 @@ def main() -> int:
 
     source = resolve("truthfulqa_mc")
     items = load_items("truthfulqa_mc", source, limit=args.items, shuffle=True, seed=0)
-    model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=False))
+    model, tokenizer = load_policy(ModelConfig(name=args.model, lora=False))
     model.eval()
     pairs = list(dict.fromkeys((qa_context(item.question), " " + choice) for item in items
                                for choice in [item.best_answer, *item.mc1_incorrect, *item.correct_answers,

@@ -15,6 +15,8 @@ compares the tokens with `model.generate`'s on the tiny and the bundled model.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .prompt_cache import prompt_positions
@@ -39,6 +41,71 @@ def plain_sampling(generation_config) -> bool:
     return all(getattr(generation_config, name, None) == getattr(default, name, None) for name in LOGITS_SETTINGS)
 
 
+@functools.cache
+def preallocated_layer_class():
+    """A transformers DynamicLayer whose keys and values live in buffers with room for the tokens still to come:
+    `update` writes the new positions in place, where DynamicLayer concatenates, which copies the layer's whole
+    cache at every decoding step. The keys and values it returns are views of the filled positions, so attention
+    sees the same numbers."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        def __init__(self, layer: DynamicLayer, room: int):
+            super().__init__()
+            self.dtype, self.device = layer.keys.dtype, layer.keys.device
+            rows, heads, length, dim = layer.keys.shape
+            self.key_buffer = layer.keys.new_empty(rows, heads, length + room, dim)
+            self.value_buffer = layer.values.new_empty(rows, heads, length + room, layer.values.shape[-1])
+            self.key_buffer[:, :, :length] = layer.keys
+            self.value_buffer[:, :, :length] = layer.values
+            self.length = length
+            self.is_initialized = True
+            self._view()
+
+        def _view(self) -> None:
+            self.keys = self.key_buffer[:, :, : self.length]
+            self.values = self.value_buffer[:, :, : self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            end = self.length + key_states.shape[-2]
+            if end > self.key_buffer.shape[-2]:  # more tokens than planned: double the room (one copy)
+                extra = max(end - self.key_buffer.shape[-2], self.key_buffer.shape[-2])
+                self.key_buffer = torch.cat([self.key_buffer, self.key_buffer.new_empty(
+                    *self.key_buffer.shape[:2], extra, self.key_buffer.shape[-1])], dim=-2)
+                self.value_buffer = torch.cat([self.value_buffer, self.value_buffer.new_empty(
+                    *self.value_buffer.shape[:2], extra, self.value_buffer.shape[-1])], dim=-2)
+            self.key_buffer[:, :, self.length : end] = key_states
+            self.value_buffer[:, :, self.length : end] = value_states
+            self.length = end
+            self._view()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+            self._view()
+
+    return PreallocatedLayer
+
+
+def preallocate(cache, room: int) -> int:
+    """Swap every plain DynamicLayer of a DynamicCache for a PreallocatedLayer with `room` free positions; other
+    layer kinds (sliding windows, linear attention) stay as they are. Returns the number of layers swapped."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, list):
+        return 0
+    layer_class, swapped = preallocated_layer_class(), 0
+    for index, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.dim() == 4:
+            layers[index] = layer_class(layer, room)
+            swapped += 1
+    return swapped
+
+
 def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     """Temperature, then top-p (nucleus) filtering, as transformers' TemperatureLogitsWarper and
     TopPLogitsWarper do: the smallest set of top tokens whose probability reaches top_p is kept (at least one),
@@ -56,13 +123,17 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
 @torch.no_grad()
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_ids: list[int],
            pad_id: int, do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0,
-           past_key_values=None, compact_at: float = 0.125) -> torch.Tensor:
+           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
+           min_new_tokens: int = 0) -> torch.Tensor:
     """New tokens (rows, steps) for left-padded prompts: sampled (or greedy, do_sample=False), pad after each row's
     first EOS; steps = max_new_tokens or fewer when every row has ended.
 
     past_key_values: the cache of every prompt token but the last (`fspo_lite.prompt_cache`), or None to run the
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
-    rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work)."""
+    rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work). preallocate_cache: after
+    the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
+    values in place instead of copying the whole cache (the same numbers either way). min_new_tokens: no EOS before
+    that many tokens (their logits set to -inf first, as `generate`'s MinNewTokensLengthLogitsProcessor does)."""
     if do_sample and temperature <= 0:
         raise ValueError(f"sampling needs a temperature above 0, got {temperature}")
     rows, device = input_ids.shape[0], input_ids.device
@@ -76,15 +147,19 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new
     ended = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens = []
     cache = past_key_values
-    for _ in range(max_new_tokens):
+    for step in range(max_new_tokens):
         output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
                        use_cache=True, logits_to_keep=1)
         cache = output.past_key_values
+        if step == 0 and preallocate_cache and max_new_tokens > 1:
+            preallocate(cache, max_new_tokens - 1)
         logits = output.logits[:, -1].float()
         if live.numel() < rows:  # rows out of the pass get a uniform row, so the draws keep their places
             full = torch.zeros(rows, logits.shape[-1], dtype=logits.dtype, device=device)
             full[live] = logits
             logits = full
+        if step < min_new_tokens:
+            logits = logits.index_fill(1, eos, float("-inf"))
         scores = process_logits(logits, temperature, top_p) if do_sample else logits
         if do_sample:
             next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)

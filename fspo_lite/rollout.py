@@ -75,7 +75,7 @@ class TransformersRollout:
     def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
                  generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True,
-                 share_prompt_prefix: bool = True, drop_ended_rows: bool = True):
+                 share_prompt_prefix: bool = True, drop_ended_rows: bool = True, preallocate_cache: bool = True):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
@@ -93,6 +93,8 @@ class TransformersRollout:
         """With share_prompt_prefill: encode the batch's common prompt start once (`shared_prefix_prefill`)."""
         self.drop_ended_rows = drop_ended_rows
         """Decode with `fspo_lite.decoding.decode` (ended rows leave the pass; same tokens) instead of `generate`."""
+        self.preallocate_cache = preallocate_cache
+        """With drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same tokens)."""
 
     @classmethod
     def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
@@ -126,11 +128,13 @@ class TransformersRollout:
                 sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
                     else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
                 limit = max_new_tokens or self.max_new_tokens
-                if self.drop_ended_rows and not self.generate_kwargs and plain_sampling(
+                if self.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
                         getattr(model, "generation_config", None)):
                     new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], limit, eos, pad_id,
                                         do_sample, self.temperature, self.top_p,
-                                        self._prefilled(encoded).get("past_key_values"))
+                                        self._prefilled(encoded).get("past_key_values"),
+                                        preallocate_cache=self.preallocate_cache,
+                                        min_new_tokens=self.generate_kwargs.get("min_new_tokens") or 0)
                 else:
                     output = model.generate(**encoded, max_new_tokens=limit, eos_token_id=eos, pad_token_id=pad_id,
                                             use_cache=True, **sampling, **self._prefilled(encoded),

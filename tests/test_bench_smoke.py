@@ -1,0 +1,125 @@
+"""Every benchmark script the docs quote, run end to end as a user runs it (its own process, its command line) with
+the smallest settings: the tiny random model, a few tokens, one step. A renamed function, option or file then breaks
+`make test` instead of the next person who runs the benchmark. The figures these runs print mean nothing; the
+scripts' documented commands (docs/performance.md and the pages that quote them) give the real ones.
+
+scripts/bench_gpu.py has its smoke run in tests/test_gpu_paths.py, scripts/data_build.py in tests/test_data_build.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.bench
+
+
+def run(script: str, *args: str, timeout: int = 300) -> str:
+    """Run `python <script> <args>` from the repository root on the CPU; its stdout, or a failure with its output."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "OMP_WAIT_POLICY": "PASSIVE"}
+    result = subprocess.run([sys.executable, str(ROOT / script), *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=timeout, env=env)
+    assert result.returncode == 0, f"{script} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
+    """bench/grpo_step.py (the figures behind the TRL ratios): one forced-length step of fspo-lite and of TRL's
+    GRPOTrainer, then one natural-length FSPO step with its extra scoring work timed."""
+    # not skipped without TRL: the dev extra (`make setup`) installs it, so CI always runs the TRL side
+    assert importlib.util.find_spec("trl"), "TRL is missing: `make setup` (the dev extra) installs it"
+    out = tmp_path / "grpo_step.jsonl"
+    stdout = run("bench/grpo_step.py", "--models", "tiny", "--steps", "1", "--warmup", "0", "--overhead-steps", "1",
+                 "--max-new-tokens", "4", "--threads", "1", "--out", str(out))
+    result = json.loads(out.read_text())["results"]["tiny"]
+    for side in ("fspo-lite", "trl"):
+        assert result[side]["steps"] == 1
+        assert result[side]["tokens_per_step"] == 4 * 4 * 4  # prompts x G x forced length, on both sides
+        assert result[side]["step_s"] > 0 and result[side]["peak_mb"] > 0
+    assert set(result["fspo-lite"]["parts_s"]) >= {"generation_s", "reward_s", "update_s"}
+    overhead = result["fspo_overhead"]
+    assert overhead["steps"] == 1 and overhead["fspo_s"] >= 0 and overhead["grpo_step_s"] > 0
+    assert result["versions"]["trl"]
+    assert stdout.splitlines()[-1].startswith("RATIOS tiny: time ")
+
+
+def test_four_bit_cpu_runs(tmp_path):
+    """bench/four_bit_cpu.py, its float32 worker (the tiny model has no 4-bit form; tests/test_four_bit_cpu.py
+    trains the 4-bit SmolLM2)."""
+    out = tmp_path / "four_bit.jsonl"
+    run("bench/four_bit_cpu.py", "--model", "tiny", "--variants", "float32", "--repeats", "1", "--tokens", "2",
+        "--length", "8", "--out", str(out))
+    row = json.loads(out.read_text())
+    assert row["variant"] == "float32" and row["model"] == "tiny" and row["generation_s"] >= 0
+    assert row["peak_rss_mib"] >= row["loaded_rss_mib"] > 0
+
+
+def test_eval_throughput_runs():
+    stdout = run("bench/eval_throughput.py", "--model", "tiny", "--questions", "2", "--batch-size", "2",
+                 "--tokens", "3")
+    assert "speed-up batched / one at a time" in stdout
+    assert "6 tokens in" in stdout  # 2 questions x 3 tokens in each mode
+
+
+def test_prompt_prefix_runs_and_both_settings_agree():
+    stdout = run("bench/prompt_prefix.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens", "4",
+                 "--repeats", "1", "--setting", "preallocate_cache", "--temperature", "0.7", "--min-new-tokens", "2")
+    assert "same answers: True" in stdout
+
+
+def test_truthfulqa_mc_runs():
+    stdout = run("bench/truthfulqa_mc.py", "--model", "tiny", "--items", "2", "--batch-size", "4", "--check", "3")
+    assert "largest difference from the direct computation over 3 pairs" in stdout
+
+
+def test_likelihood_share_runs():
+    stdout = run("bench/likelihood_share.py", "--model", "tiny", "--limit", "6", "--repeats", "1", "--batch-size", "4")
+    assert "largest gain difference" in stdout
+
+
+def test_gold_auroc_interval_runs():
+    stdout = run("bench/gold_auroc_interval.py", "--verifiers", "lexical", "--resamples", "20")
+    assert "lexical: AUROC" in stdout and "(95% bootstrap over questions" in stdout
+
+
+def test_verifier_length_strata_runs_on_the_bundled_sample():
+    stdout = run("bench/verifier_length_strata.py", "--data-file", "data/halueval_qa_sample.jsonl")
+    lines = stdout.splitlines()
+    assert lines[0] == "200 rows of halueval_qa_sample.jsonl"
+    assert [line.split()[0] for line in lines[1:]] == ["1-2", "3-5", "6-9", "10+"]
+    assert sum(int(line.split()[1]) for line in lines[1:]) == 200
+
+
+def test_hostile_grading_runs():
+    stdout = run("bench/hostile_grading.py", "--benign", "8")
+    assert "sentinel created: False" in stdout
+    assert "wrong verdicts: 0" in stdout
+
+
+def test_fuzz_parsers_command_line_runs():
+    run("bench/fuzz_parsers.py", "--count", "10")
+
+
+def test_matmul_share_runs():
+    stdout = run("bench/matmul_share.py", "--profile", "quick", "--questions", "1", "--items", "1", "--steps", "1",
+                 "--judge-model", "tiny")
+    assert "training, 1 steps of fspo" in stdout
+
+
+def test_study_time_runs(tmp_path):
+    out = tmp_path / "study_time.json"
+    run("bench/study_time.py", "--profile", "quick", "--steps", "1", "--fraction", "0.01", "--out", str(out))
+    assert json.loads(out.read_text())["profile"] == "quick"
+
+
+def test_gemm_dtype_runs():
+    stdout = run("bench/gemm_dtype.py", "--rows", "4", "--rounds", "1", "--seconds", "0.01", "--threads", "1")
+    assert "4 rows: float32 " in stdout and "bfloat16 / float32 speed" in stdout

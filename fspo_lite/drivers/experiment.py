@@ -24,6 +24,7 @@ import yaml
 
 from ..data_files import data_dir
 from ..evaluation.benchmarks import BENCHMARKS
+from .report.render import write_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE_DIR = ROOT / "configs" / "lite"
@@ -197,7 +198,7 @@ def results_folder(profile: Profile, out: Path) -> Path:
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
                    data: dict[str, str] | None = None) -> dict[str, Any]:
     """Add the profile name, wall times and (when the profile has local_data) which benchmark data each
-    benchmark read to summary.json / summary.md (written by notebook 04)."""
+    benchmark read to summary.json (written by notebook 04), and render summary.md from it again."""
     summary_path = results_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,
@@ -206,14 +207,8 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
         summary["job"]["benchmark_data"] = data
     written = without_root(json.dumps(summary, indent=2))  # notebook 04 wrote the figures' absolute paths
     summary_path.write_text(written)
-    lines = [f"| {name} | {seconds:.0f} |" for name, seconds in timings.items()]
-    markdown = results_dir / "summary.md"
-    text = markdown.read_text() if markdown.exists() else ""
-    text += (f"\n## Wall time (profile `{profile}`)\n\n| notebook | seconds |\n|---|---|\n" + "\n".join(lines)
-             + f"\n| **total** | **{total:.0f}** ({total / 60:.1f} min) |\n")
-    if data:
-        text += "\nBenchmark data: " + "; ".join(f"{name}: {what}" for name, what in data.items()) + "\n"
-    markdown.write_text(without_root(text))
+    markdown = write_summary(results_dir)  # rendered again, now with the wall times
+    markdown.write_text(without_root(markdown.read_text()))
     return json.loads(written)
 
 

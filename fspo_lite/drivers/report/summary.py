@@ -153,7 +153,7 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
                          f"{', '.join(f'{w:.2f}' for w in row.weights)} |")
     if goal is not None and len(goal):
         lines += ["", "## The caution goal", "",
-                  f"The seed slides' goal: All-Attempt-and-Wrong (every one of a question's answers attempted and "
+                  f"The target set for the caution reward: All-Attempt-and-Wrong (every one of a question's answers attempted and "
                   f"wrong) down >= {CAUTION_GOAL['relative_drop']:.0%} relative to {baseline}, with correct answers "
                   f"down by at most {CAUTION_GOAL['correct_points']:g} points. *met*: the point estimates satisfy it; "
                   "*holds*: the whole intervals do.", "",

@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: report setup test test-fast test-browser test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
+.PHONY: report report-figures setup test test-fast test-browser test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,10 @@ bench-cpu: $(STAMP)
 # summary.json / audit.json files (no rerun; tests/test_readme.py checks they agree)
 report: $(STAMP)
 	$(BIN)/python -m fspo_lite.drivers.report.readme
+
+# the same, and the paired-differences and per-judge figures drawn again from the summaries' statistics
+report-figures: $(STAMP)
+	$(BIN)/python -m fspo_lite.drivers.report.readme --figures
 
 # Notebooks are committed without outputs (the test suite checks it)
 clean-notebooks:

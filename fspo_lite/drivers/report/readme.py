@@ -8,6 +8,7 @@ typed by hand. The same run rewrites results/summary.md and results/study/summar
 
     python -m fspo_lite.drivers.report.readme           # rewrite the blocks and the summaries (make report)
     python -m fspo_lite.drivers.report.readme --check   # exit 1, naming what differs (tests/test_readme.py)
+    python -m fspo_lite.drivers.report.readme --figures # also redraw the study figures from summary.json
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from .render import AUDIT_FILE, report_settings, summary_document, verdict, verdict_markdown
+from .render import AUDIT_FILE, draw_figures, report_settings, summary_document, verdict, verdict_markdown
 from .summary import detail_answer, format_interval
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -162,8 +163,14 @@ def main(argv: list[str] | None = None) -> int:
         description="Render the README's result blocks and results/{,study/}summary.md from the result files.",
         epilog="example: python -m fspo_lite.drivers.report.readme --check")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 and say what is out of date")
+    parser.add_argument("--figures", action="store_true", help="also draw the paired-differences and per-judge "
+                        "figures again from the summaries' statistics")
     parser.add_argument("--root", default=str(ROOT), help="the repository root (default: this checkout)")
     args = parser.parse_args(argv)
+    if args.figures and not args.check:
+        for folder in SUMMARIES.values():
+            for path in draw_figures(load(Path(args.root) / folder)[0], args.root):
+                print(f"drew {path}")
     if args.check:
         stale = differences(args.root)
         for line in stale:

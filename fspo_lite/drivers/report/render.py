@@ -19,7 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from .lite import summary_markdown
-from .summary import direction, format_interval, study_markdown
+from .plots import plot_judges
+from .summary import direction, format_interval, plot_paired_differences, study_markdown
 
 AUDIT_FILE = "audit.json"
 SHARE = "step_hallucination@judge"
@@ -144,7 +145,7 @@ def verdict(summary: dict, audit: dict | None = None) -> dict:
 
 def verdict_markdown(result: dict) -> list[str]:
     """The verdict as markdown lines: the headline in bold, then the evidence as bullets."""
-    return [f"**{result['headline']}**", "", *[f"- {line}" for line in result["lines"]]]
+    return [f"**{result['headline']}**", *([""] if result["lines"] else []), *[f"- {line}" for line in result["lines"]]]
 
 
 def summary_document(summary: dict, audit: dict | None = None) -> str:
@@ -163,7 +164,7 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
     if stats and stats.get("methods"):
         tables = {"methods": _frame(stats["methods"]), "differences": _frame(stats["differences"])}
         goal = _frame(stats.get("caution_goal"))
-        if not any("caution" in m for m in settings["order"]):
+        if not any("caution" in m for m in summary.get("methods") or {}):
             goal = None  # the caution goal only where a caution arm ran
         study = study_markdown(tables, _frame(stats.get("matched_length")), goal, stats.get("judges") or [],
                                settings["order"], None, stats.get("n_resamples", 2000), stats.get("level", 0.95),
@@ -201,3 +202,18 @@ def write_summary(results_dir: str | Path) -> Path:
     path = folder / "summary.md"
     path.write_text(summary_document(summary, audit))
     return path
+
+
+def draw_figures(summary: dict, root: str | Path) -> list[Path]:
+    """Draw the study figures again (paired differences, step hallucination by judge) from summary.json's
+    statistics, at the paths it records (relative to `root`); no runs folder needed."""
+    stats = summary.get("statistics") or {}
+    paths = {name: Path(root) / path for name, path in (stats.get("figures") or {}).items()}
+    judges = stats.get("judges") or []
+    if "paired_differences" in paths and stats.get("differences"):
+        plot_paired_differences(_frame(stats["differences"]), _frame(stats.get("matched_length")), judges,
+                                paths["paired_differences"], stats.get("level", 0.95))
+    if "step_hallucination_by_judge" in paths and judges:
+        plot_judges(_frame(stats["methods"]), judges, paths["step_hallucination_by_judge"],
+                    report_settings(summary)["order"])
+    return [p for name, p in paths.items() if name in ("paired_differences", "step_hallucination_by_judge")]

@@ -13,6 +13,7 @@ printed and recorded in summary.json.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import time
@@ -22,8 +23,10 @@ from typing import Any
 
 import yaml
 
+from ..config import ConfigError, load_config
 from ..data_files import data_dir
 from ..evaluation.benchmarks import BENCHMARKS
+from ..rewards import REWARD_METHODS
 from .report.render import write_summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +102,47 @@ def override_parameters(profile: Profile, overrides: list[str]) -> Profile:
     return Profile(profile.name, profile.out, notebooks, profile.description, list(profile.local_data))
 
 
+def notebook_parameters(name: str) -> dict[str, str]:
+    """The parameters a notebook's `parameters` cell defines: name -> default as written (papermill reads it)."""
+    import papermill
+
+    path = ROOT / "notebooks" / name
+    if not path.exists():
+        raise ConfigError(f"no notebook {name} in notebooks/")
+    return {key: value["default"] for key, value in papermill.inspect_notebook(str(path)).items()}
+
+
+def check_profile(profile: Profile) -> None:
+    """ConfigError, in one line, for what would otherwise fail (or be ignored) only once the notebooks run: a
+    parameter a notebook does not define (papermill would only warn and run the defaults), a training arm that is
+    neither a reward.method nor a name defined in `arms`, and config keys or values of the training notebook's
+    `overrides` and arms that the config refuses. Run before the first notebook."""
+    for name, parameters in profile.notebooks:
+        known = notebook_parameters(name)
+        unknown = sorted(set(parameters) - set(known))
+        if unknown:
+            raise ConfigError(f"profile {profile.name}: notebook {name} has no parameter {', '.join(unknown)}; its "
+                              f"parameters: {', '.join(known)}")
+        if name != TRAINING_NOTEBOOK:
+            continue
+        methods = parameters.get("methods", ast.literal_eval(known["methods"]))
+        arms = parameters.get("arms") or {}
+        if not isinstance(methods, list) or not methods:
+            raise ConfigError(f"profile {profile.name}: {name} methods must be a non-empty list, e.g. [grpo, fspo]; "
+                              f"got {methods!r}")
+        for method in methods:
+            method_key = (arms.get(method) or {}).get("reward.method") if method in arms else method
+            if method_key not in REWARD_METHODS:
+                raise ConfigError(f"profile {profile.name}: {name} method {method!r} is neither a reward.method "
+                                  f"({', '.join(REWARD_METHODS)}) nor an arm defined in `arms`"
+                                  + (f" ({', '.join(arms)})" if arms else ""))
+            try:
+                load_config(None, {**(parameters.get("overrides") or {}), **(arms.get(method) or {}),
+                                   "reward.method": method_key})
+            except ConfigError as error:
+                raise ConfigError(f"profile {profile.name}: {name}, arm {method}: {error}") from None
+
+
 def local_sources(local_data: list[str], folder: str | Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """({benchmark: spec} for notebook 03's evaluation.sources, {benchmark: what it reads}).
 
@@ -160,6 +204,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     """
     import papermill
 
+    check_profile(profile)  # a misspelled parameter, method or config key: one line, before any notebook runs
     out = (ROOT / (out if out is not None else profile.out)).resolve()
     results_dir = results_folder(profile, out)
     executed_dir = results_dir / "notebooks"

@@ -224,13 +224,47 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
                                        **(parameters.get("overrides") or {})}  # the profile's own keys win
         begun = time.perf_counter()
         papermill.execute_notebook(str(source), str(executed_dir / name), parameters=parameters,
-                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3")
+                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
+                                   kernel_manager_class=quiet_kernel_manager())
         executed = executed_dir / name
         executed.write_text(without_root(executed.read_text(encoding="utf-8")), encoding="utf-8")
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
     return record_timings(results_dir, profile.name, timings, total, used)
+
+
+_KERNEL_SOCKETS: list[str] = []
+
+
+def quiet_kernel_manager() -> type:
+    """The notebooks' kernel manager (jupyter_client's, two changes): on POSIX the kernel talks over IPC sockets in
+    a private temporary folder instead of TCP on localhost, unencrypted, which the kernel warned about at every
+    start ("Kernel is running over TCP without encryption"); and a kernel being shut down after its last cell is
+    not sent SIGINT first (jupyter_client does; the idle kernel logged "KeyboardInterrupt caught in kernel"). A
+    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            if os.name == "posix":
+                if not _KERNEL_SOCKETS:
+                    _KERNEL_SOCKETS.append(tempfile.mkdtemp(prefix="fspo-lite-kernel-"))
+                    atexit.register(shutil.rmtree, _KERNEL_SOCKETS[0], True)
+                self.transport = "ipc"
+                self.ip = os.path.join(_KERNEL_SOCKETS[0], "kernel")
+
+        async def _async_interrupt_kernel(self) -> None:
+            if getattr(self, "shutting_down", False):
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietKernelManager
 
 
 def results_folder(profile: Profile, out: Path) -> Path:

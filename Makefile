@@ -85,9 +85,9 @@ report-figures: $(STAMP)
 	$(BIN)/python -m fspo_lite.drivers.report.readme --figures
 
 # Notebooks are committed without outputs (the test suite checks it)
-clean-notebooks:
-	$(PYTHON) -m fspo_lite.notebook_tools strip notebooks/*.ipynb
+clean-notebooks: $(STAMP)
+	$(BIN)/python -m fspo_lite.notebook_tools strip notebooks/*.ipynb
 
-check-notebooks:
-	$(PYTHON) -m fspo_lite.notebook_tools check notebooks/*.ipynb
-	$(PYTHON) -m fspo_lite.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml
+check-notebooks: $(STAMP)
+	$(BIN)/python -m fspo_lite.notebook_tools check notebooks/*.ipynb
+	$(BIN)/python -m fspo_lite.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml

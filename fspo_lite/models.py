@@ -215,35 +215,17 @@ def _load_4bit(config, source):
     return model
 
 
-KNOWN_NOISE = (
-    ("bitsandbytes.backends.cpu.ops", "Failed to load CPU gemm_4bit_forward"),
-)
-"""(logger, message start) of log lines that say nothing a user can act on: bitsandbytes looks for an optional
-faster 4-bit CPU kernel in the `kernels` package (which would download it from the Hugging Face hub) and falls back
-to its own CPU kernels, which fspo-lite's 4-bit tests check, when the package is absent."""
-
-
-class _DropMessages:
-    """A logging filter that drops records whose message starts with one of `starts`."""
-
-    def __init__(self, *starts: str):
-        self.starts = starts
-
-    def filter(self, record) -> bool:
-        return not str(record.msg).startswith(self.starts)
+KNOWN_NOISE = {"bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward"}  # harmless: falls back
+_QUIETED: list[bool] = []
 
 
 def quiet_known_noise() -> None:
-    """Silence, narrowly, the lines every model load printed and nobody can act on (KNOWN_NOISE; peft's read of
-    transformers' deprecated `is_gradient_checkpointing`, a FutureWarning of peft's, not ours). Idempotent; called
-    before transformers, peft or bitsandbytes are imported by the loaders below."""
+    """Drop KNOWN_NOISE and transformers' FutureWarning on peft's `is_gradient_checkpointing` read (narrowly)."""
     import logging
     import warnings
-
-    for name, start in KNOWN_NOISE:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropMessages) and start in f.starts for f in logger.filters):
-            logger.addFilter(_DropMessages(start))
+    for name, start in KNOWN_NOISE.items() if not _QUIETED else ():
+        logging.getLogger(name).addFilter(lambda record, start=start: not str(record.msg).startswith(start))
+    _QUIETED.append(True)
     warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning,
                             module="transformers.modeling_utils")
 

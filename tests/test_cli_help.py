@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fspo_lite import __main__ as cli
+from fspo_lite.drivers import cli_help
 from fspo_lite import __version__
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,8 +69,8 @@ def test_defaults_are_shown():
 
 
 def test_program_name_follows_how_it_was_started():
-    assert cli.program_name("/usr/local/bin/fspo-lite") == "fspo-lite"
-    assert cli.program_name("/repo/fspo_lite/__main__.py") == "python -m fspo_lite"
+    assert cli_help.program_name("/usr/local/bin/fspo-lite") == "fspo-lite"
+    assert cli_help.program_name("/repo/fspo_lite/__main__.py") == "python -m fspo_lite"
     out = subprocess.run([sys.executable, "-m", "fspo_lite", "lite", "--help"], capture_output=True, text=True,
                          cwd=ROOT).stdout
     assert out.startswith("usage: python -m fspo_lite lite")

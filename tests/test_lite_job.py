@@ -15,12 +15,13 @@ from fspo_lite.drivers.experiment import load_profile
 pytest.importorskip("papermill")
 
 
-@pytest.mark.integration
-@pytest.mark.slow
 NOISE = ("Failed to load CPU gemm_4bit_forward", "is_gradient_checkpointing", "FutureWarning",
          "running over TCP without encryption", "KeyboardInterrupt caught in kernel")
 """Lines the job printed on every run that nobody can act on (silenced at their source)."""
 
+
+@pytest.mark.integration
+@pytest.mark.slow
 
 def test_quick_profile_runs_the_notebook_sequence(tmp_path, capfd):
     assert main(["lite", "--profile", "quick", "--out", str(tmp_path), "--quiet"]) == 0

@@ -55,6 +55,10 @@ def profile_names() -> dict[str, str]:
 
 def load_profile(name_or_path: str) -> Profile:
     """A profile by name ('lite', 'quick') or YAML path; errors name the valid profiles."""
+    if not (ROOT / "notebooks").is_dir():
+        raise ConfigError("fspo-lite lite runs the notebooks of a checkout (notebooks/ and configs/lite/ of the "
+                          "repository), and this installation (a wheel) has none: clone the repository and run "
+                          "`make lite` there, or open the notebooks one by one (docs/colab.md)")
     named = PROFILE_DIR / f"{name_or_path}.yaml"
     path = named if named.exists() else Path(name_or_path)
     if not path.is_file():

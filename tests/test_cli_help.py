@@ -99,3 +99,12 @@ def test_every_shipped_profile_passes_the_check():
 
     for name in profile_names():
         check_profile(load_profile(name))
+
+
+def test_lite_from_an_installation_without_notebooks_says_what_to_do(tmp_path, monkeypatch, capsys):
+    from fspo_lite.drivers import experiment
+
+    monkeypatch.setattr(experiment, "ROOT", tmp_path)  # a wheel: the package without the repository around it
+    assert cli.main(["lite", "--profile", "quick"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "clone the repository" in err

@@ -22,7 +22,6 @@ NOISE = ("Failed to load CPU gemm_4bit_forward", "is_gradient_checkpointing", "F
 
 @pytest.mark.integration
 @pytest.mark.slow
-
 def test_quick_profile_runs_the_notebook_sequence(tmp_path, capfd):
     assert main(["lite", "--profile", "quick", "--out", str(tmp_path), "--quiet"]) == 0
     printed = capfd.readouterr()

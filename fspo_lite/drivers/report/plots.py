@@ -36,7 +36,10 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     methods = [m for m in (order or training["method"].unique()) if m in set(training["method"])]
+    from matplotlib.ticker import MaxNLocator
+
     for ax, (key, label) in zip(axes.flat, CURVES):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         for method in methods:
             if key not in training:
                 continue
@@ -47,6 +50,8 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
             line, = ax.plot(mean.index, mean.values, label=method, marker="o" if len(mean) <= 20 else None,
                             markersize=4)  # markers: a run of one or a few steps is still visible
             ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.2)
+        if not ax.get_lines():
+            ax.text(0.5, 0.5, "no values logged", ha="center", va="center", transform=ax.transAxes, color="0.5")
         ax.set_title(label)
         ax.set_xlabel("step")
     axes.flat[0].legend()

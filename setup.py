@@ -2,7 +2,8 @@
 
 data/*.jsonl (under 1 MB) sits at the repository root, outside the package, so a plain wheel would lack it.
 This copies it into the wheel as fspo_lite/bundled_data/, which `fspo_lite.data.DATA_DIR` prefers when present;
-a checkout or an editable install reads data/ directly.
+a checkout or an editable install reads data/ directly. The committed difficulty-filter files (RESULT_FILES) go
+there too, so notebook 03's default `filter_path` resolves from a wheel (`fspo_lite.data.bundled_or_given`).
 """
 
 import shutil
@@ -12,6 +13,9 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 
+RESULT_FILES = ("results/filter_kbqa_smollm2.json", "results/filter_kbqa_smollm2_full.json")
+
+
 class BuildPyWithData(build_py):
     def run(self):
         super().run()
@@ -19,8 +23,10 @@ class BuildPyWithData(build_py):
             return
         target = Path(self.build_lib) / "fspo_lite" / "bundled_data"
         target.mkdir(parents=True, exist_ok=True)
-        for path in sorted(Path(__file__).resolve().parent.joinpath("data").glob("*.jsonl")):
-            shutil.copyfile(path, target / path.name)
+        root = Path(__file__).resolve().parent
+        for path in [*sorted(root.joinpath("data").glob("*.jsonl")), *(root / name for name in RESULT_FILES)]:
+            if path.exists():
+                shutil.copyfile(path, target / path.name)
 
 
 setup(cmdclass={"build_py": BuildPyWithData})

@@ -1,4 +1,4 @@
-"""Command line: `python -m fspo_lite <command> ...` (also installed as `fspo-lite`)."""
+"""fspo-lite: factuality-aware RL for LLMs (FSPO, GRPO, caution reward, RLFH, KLCF); also `python -m fspo_lite`."""
 
 from __future__ import annotations
 
@@ -249,7 +249,8 @@ def error_line(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fspo_lite", description=__doc__)
+    from .drivers.cli_help import parse_documented, program_name
+    parser = argparse.ArgumentParser(prog=program_name(), description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
     from .evaluation.benchmarks import BENCHMARKS
@@ -382,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     lite.set_defaults(run=cmd_lite)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, also after the command
-    args = parser.parse_args([a for a in argv if a != "--debug"])
+    args = parse_documented(parser, [a for a in argv if a != "--debug"])  # also --version, examples, defaults
     if debug:
         return args.run(args)
     try:

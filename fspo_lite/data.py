@@ -31,6 +31,16 @@ from .row_limits import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, MAX_TEXT_CHARS, de
 # (setup.py), which wins when present.
 _WHEEL_DATA = Path(__file__).resolve().parent / "bundled_data"
 DATA_DIR = _WHEEL_DATA if _WHEEL_DATA.is_dir() else Path(__file__).resolve().parent.parent / "data"
+
+
+def bundled_or_given(path: str | Path) -> Path:
+    """`path` as given when it exists (or is absolute); else, for a relative path such as notebook 03's default
+    `results/filter_kbqa_smollm2.json`, the file of that name bundled in an installed wheel when there is one."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    bundled = DATA_DIR / given.name
+    return bundled if DATA_DIR == _WHEEL_DATA and bundled.is_file() else given
 MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
 TASKS = ("qa", "math")
 

@@ -215,8 +215,24 @@ def _load_4bit(config, source):
     return model
 
 
+KNOWN_NOISE = {"bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward"}  # harmless: falls back
+_QUIETED: list[bool] = []
+
+
+def quiet_known_noise() -> None:
+    """Drop KNOWN_NOISE and transformers' FutureWarning on peft's `is_gradient_checkpointing` read (narrowly)."""
+    import logging
+    import warnings
+    for name, start in KNOWN_NOISE.items() if not _QUIETED else ():
+        logging.getLogger(name).addFilter(lambda record, start=start: not str(record.msg).startswith(start))
+    _QUIETED.append(True)
+    warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning,
+                            module="transformers.modeling_utils")
+
+
 def load_model(config, seed: int = 0):
     """The base causal LM for a ModelConfig (no adapter yet); 4-bit when config.load_in_4bit."""
+    quiet_known_noise()
     from transformers import AutoModelForCausalLM
 
     dtype = getattr(torch, config.dtype)
@@ -268,6 +284,7 @@ def load_unsloth_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_
 
 def apply_lora(model, config):
     """Wrap the model with a LoRA adapter (peft); target modules absent from the model are ignored."""
+    quiet_known_noise()
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.adapter_path:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .config import Config
-from .data import DataError, QAExample, load_mixture
+from .data import DataError, QAExample, bundled_or_given, load_mixture
 
 
 @dataclass
@@ -62,7 +61,7 @@ def load_training_examples(config: Config) -> list[QAExample]:
     if stats["skipped"]:
         print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")
     if config.data.filter_path:
-        kept = set(json.loads(Path(config.data.filter_path).read_text())["kept_ids"])
+        kept = set(json.loads(bundled_or_given(config.data.filter_path).read_text())["kept_ids"])
         examples = [e for e in examples if e.id in kept]
         if not examples:
             raise DataError(f"{config.data.filter_path}: none of its kept ids is in {config.data.train}")

@@ -77,6 +77,9 @@ def built(tmp_path_factory):
         shutil.copy(ROOT / name, src / name)
     for name in ("fspo_lite", "data"):
         shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "bundled_data"))
+    (src / "results").mkdir()
+    for path in (ROOT / "results").glob("filter_kbqa_smollm2*.json"):
+        shutil.copy(path, src / "results" / path.name)
     git = ["git", "-c", "user.email=test@example.com", "-c", "user.name=test", "-C", str(src)]
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "source"]):
         subprocess.run(git + command, check=True)
@@ -128,6 +131,13 @@ def test_the_wheel_carries_the_bundled_data(built):
     names = set(zipfile.ZipFile(built["wheel"]).namelist())
     bundled = sorted(p.name for p in (ROOT / "data").glob("*.jsonl"))
     assert bundled and all(f"fspo_lite/bundled_data/{name}" in names for name in bundled)
+
+
+def test_the_wheel_carries_the_committed_filter_files(built):
+    """Notebook 03's default filter_path (results/filter_kbqa_smollm2.json) must resolve from a wheel."""
+    names = set(zipfile.ZipFile(built["wheel"]).namelist())
+    assert {"fspo_lite/bundled_data/filter_kbqa_smollm2.json",
+            "fspo_lite/bundled_data/filter_kbqa_smollm2_full.json"} <= names
 
 
 def test_an_uploaded_wheel_is_installed_and_its_data_resolves(built, tmp_path):

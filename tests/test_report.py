@@ -56,7 +56,8 @@ def test_summary_markdown_lists_every_method_and_the_goal():
     text = summary_markdown(table, goal_check(table), settings={"questions": 2})
     assert "| grpo | 2 | 25.0 ± 5.0 | 25.0 ± 5.0 | 0.0 ± 0.0 | 50.0 ± 10.0 |" in text
     assert "| base | 1 | 10.0 | " in text  # one seed: no spread shown
-    assert "relative drop 34.0%" in text and "**met**" in text and "questions = 2" in text
+    assert "relative drop 34.0%" in text and "met on the point estimates" in text and "questions = 2" in text
+    assert "**" not in text  # no bold verdict: the verdict is render.verdict's, on top of summary.md
     assert "Per response" not in text  # runs without per-response counts: no table of them
 
 

@@ -13,6 +13,7 @@ printed and recorded in summary.json.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import time
@@ -22,8 +23,11 @@ from typing import Any
 
 import yaml
 
+from ..config import ConfigError, load_config
 from ..data_files import data_dir
 from ..evaluation.benchmarks import BENCHMARKS
+from ..rewards import REWARD_METHODS
+from .report.render import write_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE_DIR = ROOT / "configs" / "lite"
@@ -51,6 +55,10 @@ def profile_names() -> dict[str, str]:
 
 def load_profile(name_or_path: str) -> Profile:
     """A profile by name ('lite', 'quick') or YAML path; errors name the valid profiles."""
+    if not (ROOT / "notebooks").is_dir():
+        raise ConfigError("fspo-lite lite runs the notebooks of a checkout (notebooks/ and configs/lite/ of the "
+                          "repository), and this installation (a wheel) has none: clone the repository and run "
+                          "`make lite` there, or open the notebooks one by one (docs/colab.md)")
     named = PROFILE_DIR / f"{name_or_path}.yaml"
     path = named if named.exists() else Path(name_or_path)
     if not path.is_file():
@@ -96,6 +104,47 @@ def override_parameters(profile: Profile, overrides: list[str]) -> Profile:
         else:
             matches[0][parameter] = value
     return Profile(profile.name, profile.out, notebooks, profile.description, list(profile.local_data))
+
+
+def notebook_parameters(name: str) -> dict[str, str]:
+    """The parameters a notebook's `parameters` cell defines: name -> default as written (papermill reads it)."""
+    import papermill
+
+    path = ROOT / "notebooks" / name
+    if not path.exists():
+        raise ConfigError(f"no notebook {name} in notebooks/")
+    return {key: value["default"] for key, value in papermill.inspect_notebook(str(path)).items()}
+
+
+def check_profile(profile: Profile) -> None:
+    """ConfigError, in one line, for what would otherwise fail (or be ignored) only once the notebooks run: a
+    parameter a notebook does not define (papermill would only warn and run the defaults), a training arm that is
+    neither a reward.method nor a name defined in `arms`, and config keys or values of the training notebook's
+    `overrides` and arms that the config refuses. Run before the first notebook."""
+    for name, parameters in profile.notebooks:
+        known = notebook_parameters(name)
+        unknown = sorted(set(parameters) - set(known))
+        if unknown:
+            raise ConfigError(f"profile {profile.name}: notebook {name} has no parameter {', '.join(unknown)}; its "
+                              f"parameters: {', '.join(known)}")
+        if name != TRAINING_NOTEBOOK:
+            continue
+        methods = parameters.get("methods", ast.literal_eval(known["methods"]))
+        arms = parameters.get("arms") or {}
+        if not isinstance(methods, list) or not methods:
+            raise ConfigError(f"profile {profile.name}: {name} methods must be a non-empty list, e.g. [grpo, fspo]; "
+                              f"got {methods!r}")
+        for method in methods:
+            method_key = (arms.get(method) or {}).get("reward.method") if method in arms else method
+            if method_key not in REWARD_METHODS:
+                raise ConfigError(f"profile {profile.name}: {name} method {method!r} is neither a reward.method "
+                                  f"({', '.join(REWARD_METHODS)}) nor an arm defined in `arms`"
+                                  + (f" ({', '.join(arms)})" if arms else ""))
+            try:
+                load_config(None, {**(parameters.get("overrides") or {}), **(arms.get(method) or {}),
+                                   "reward.method": method_key})
+            except ConfigError as error:
+                raise ConfigError(f"profile {profile.name}: {name}, arm {method}: {error}") from None
 
 
 def local_sources(local_data: list[str], folder: str | Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
@@ -159,6 +208,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     """
     import papermill
 
+    check_profile(profile)  # a misspelled parameter, method or config key: one line, before any notebook runs
     out = (ROOT / (out if out is not None else profile.out)).resolve()
     results_dir = results_folder(profile, out)
     executed_dir = results_dir / "notebooks"
@@ -178,13 +228,47 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
                                        **(parameters.get("overrides") or {})}  # the profile's own keys win
         begun = time.perf_counter()
         papermill.execute_notebook(str(source), str(executed_dir / name), parameters=parameters,
-                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3")
+                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
+                                   kernel_manager_class=quiet_kernel_manager())
         executed = executed_dir / name
         executed.write_text(without_root(executed.read_text(encoding="utf-8")), encoding="utf-8")
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
     return record_timings(results_dir, profile.name, timings, total, used)
+
+
+_KERNEL_SOCKETS: list[str] = []
+
+
+def quiet_kernel_manager() -> type:
+    """The notebooks' kernel manager (jupyter_client's, two changes): on POSIX the kernel talks over IPC sockets in
+    a private temporary folder instead of TCP on localhost, unencrypted, which the kernel warned about at every
+    start ("Kernel is running over TCP without encryption"); and a kernel being shut down after its last cell is
+    not sent SIGINT first (jupyter_client does; the idle kernel logged "KeyboardInterrupt caught in kernel"). A
+    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            if os.name == "posix":
+                if not _KERNEL_SOCKETS:
+                    _KERNEL_SOCKETS.append(tempfile.mkdtemp(prefix="fspo-lite-kernel-"))
+                    atexit.register(shutil.rmtree, _KERNEL_SOCKETS[0], True)
+                self.transport = "ipc"
+                self.ip = os.path.join(_KERNEL_SOCKETS[0], "kernel")
+
+        async def _async_interrupt_kernel(self) -> None:
+            if getattr(self, "shutting_down", False):
+                return
+            await super()._async_interrupt_kernel()
+
+    return QuietKernelManager
 
 
 def results_folder(profile: Profile, out: Path) -> Path:
@@ -197,7 +281,7 @@ def results_folder(profile: Profile, out: Path) -> Path:
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
                    data: dict[str, str] | None = None) -> dict[str, Any]:
     """Add the profile name, wall times and (when the profile has local_data) which benchmark data each
-    benchmark read to summary.json / summary.md (written by notebook 04)."""
+    benchmark read to summary.json (written by notebook 04), and render summary.md from it again."""
     summary_path = results_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,
@@ -206,14 +290,8 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
         summary["job"]["benchmark_data"] = data
     written = without_root(json.dumps(summary, indent=2))  # notebook 04 wrote the figures' absolute paths
     summary_path.write_text(written)
-    lines = [f"| {name} | {seconds:.0f} |" for name, seconds in timings.items()]
-    markdown = results_dir / "summary.md"
-    text = markdown.read_text() if markdown.exists() else ""
-    text += (f"\n## Wall time (profile `{profile}`)\n\n| notebook | seconds |\n|---|---|\n" + "\n".join(lines)
-             + f"\n| **total** | **{total:.0f}** ({total / 60:.1f} min) |\n")
-    if data:
-        text += "\nBenchmark data: " + "; ".join(f"{name}: {what}" for name, what in data.items()) + "\n"
-    markdown.write_text(without_root(text))
+    markdown = write_summary(results_dir)  # rendered again, now with the wall times
+    markdown.write_text(without_root(markdown.read_text()))
     return json.loads(written)
 
 

@@ -4,6 +4,7 @@
 - `study`: the study's statistics (docs/statistics.md): cells, bootstrap intervals, paired and matched-length
   differences, the caution goal, the detail arm's question;
 - `summary`: the study summary in markdown and `study_report`, which makes everything from a runs folder;
+- `render`: summary.md rendered from summary.json (and the blind audit's audit.json), with the verdict on top;
 - `plots`: the figures.
 
 `from fspo_lite.drivers import report` then `report.summarize(...)`, `report.study_report(...)`: the names below.
@@ -17,6 +18,7 @@ from .plots import (plot_accuracy_vs_hallucination, plot_advantage_mass, plot_de
 from .study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal, detail_arm_check,
                     is_share, judge_labels, judges_of, length_stratum, load_responses, matched_length, metric_cells,
                     metric_scale, other_benchmark_cells, pair_differences, study_statistics)
+from .render import summary_document, verdict, verdict_markdown, write_summary
 from .summary import (detail_answer, detail_markdown, direction, format_interval, metric_order, say_less_reading,
                       study_markdown, study_report)
 
@@ -28,5 +30,6 @@ __all__ = [
     "metric_order", "metric_scale", "other_benchmark_cells", "pair_differences", "plot_accuracy_vs_hallucination",
     "plot_advantage_mass", "plot_decomposition", "plot_flip", "plot_forest", "plot_judges",
     "plot_supported_unsupported", "plot_training_curves", "say_less_reading", "study_markdown", "study_report",
-    "study_statistics", "summarize", "summary_markdown", "training_diagnostics",
+    "study_statistics", "summarize", "summary_document", "summary_markdown", "training_diagnostics", "verdict",
+    "verdict_markdown", "write_summary",
 ]

@@ -82,7 +82,7 @@ def summarize(heldout: pd.DataFrame, order: Sequence[str] | None = None) -> pd.D
 
 def goal_check(table: pd.DataFrame, method: str = "fspo", baseline: str = "grpo", relative_drop: float = 0.20,
                accuracy_points: float = 2.0) -> dict:
-    """The issue's goal: `method` lowers held-out step hallucination by at least `relative_drop` relative to
+    """The preset target: `method` lowers held-out step hallucination by at least `relative_drop` relative to
     `baseline`, with answer accuracy within `accuracy_points` percentage points."""
     h_base, h_method = table.loc[baseline, "step_hallucination"], table.loc[method, "step_hallucination"]
     drop = (h_base - h_method) / h_base if h_base else math.nan
@@ -107,10 +107,12 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
     """The results table (mean over seeds +- half the spread), the goal line and the training diagnostics."""
     def cell(method, metric, percent=True):
         value = table.loc[method, metric]
+        if pd.isna(value):
+            return "n/a"
         spread = table.loc[method, f"{metric}_spread"] if f"{metric}_spread" in table else math.nan
         scale = 100.0 if percent else 1.0
         text = f"{value * scale:.1f}"
-        return text + (f" ± {spread * scale / 2:.1f}" if table.loc[method, "seeds"] > 1 else "")
+        return text + (f" ± {spread * scale / 2:.1f}" if table.loc[method, "seeds"] > 1 and not pd.isna(spread) else "")
 
     lines = [f"# {title}", ""]
     if settings:
@@ -124,10 +126,13 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
     for method in table.index:
         lines.append(f"| {method} | {int(table.loc[method, 'seeds'])} | " + " | ".join(cell(method, c) for c in shown)
                      + " |")
-    lines += ["", "± is half the range over seeds. Decomposition of each question's k answers (% of questions):", "",
-              "| method | " + " | ".join(DECOMPOSITION) + " |", "|---|" + "---|" * len(DECOMPOSITION)]
-    for method in table.index:
-        lines.append(f"| {method} | " + " | ".join(f"{table.loc[method, c]:.1f}" for c in DECOMPOSITION) + " |")
+    lines += ["", "± is half the range over seeds."]
+    if all(c in table for c in DECOMPOSITION):
+        lines[-1] += " Decomposition of each question's k answers (% of questions):"
+        lines += ["", "| method | " + " | ".join(DECOMPOSITION) + " |", "|---|" + "---|" * len(DECOMPOSITION)]
+    for method in (table.index if all(c in table for c in DECOMPOSITION) else []):
+        lines.append(f"| {method} | " + " | ".join("n/a" if pd.isna(table.loc[method, c]) else f"{table.loc[method, c]:.1f}"
+                                                   for c in DECOMPOSITION) + " |")
     counts = [c for c in PER_RESPONSE if c in table]
     if counts:
         judge = f" (held-out judge: {settings['step-hallucination judge']})" if settings and \
@@ -142,10 +147,12 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
                 f"{table.loc[method, c]:.2f}" + (f" ± {table.loc[method, f'{c}_spread'] / 2:.2f}"
                                                  if table.loc[method, "seeds"] > 1 else "") for c in counts) + " |")
     if goal:
-        lines += ["", f"Goal ({goal['target']}): {goal['method']} vs {goal['baseline']}: step hallucination "
+        defined = not any(pd.isna(goal[k]) for k in ("relative_drop", "accuracy_delta_points"))
+        lines += ["", f"Preset target ({goal['target']}): {goal['method']} vs {goal['baseline']}: step hallucination "
                   f"{goal['hallucination_method']:.1%} vs {goal['hallucination_baseline']:.1%} "
                   f"(relative drop {goal['relative_drop']:.1%}), accuracy {goal['accuracy_delta_points']:+.1f} points: "
-                  f"**{'met' if goal['met'] else 'not met'}**."]
+                  + (("met" if goal["met"] else "not met") + " on the point estimates." if defined else
+                     "cannot be checked (undefined numbers).")]
     if diagnostics is not None and len(diagnostics):
         lines += ["", "Training diagnostics (mean over steps and seeds):", "",
                   "| method | " + " | ".join(diagnostics.columns) + " |", "|---|" + "---|" * len(diagnostics.columns)]

@@ -36,7 +36,10 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     methods = [m for m in (order or training["method"].unique()) if m in set(training["method"])]
+    from matplotlib.ticker import MaxNLocator
+
     for ax, (key, label) in zip(axes.flat, CURVES):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         for method in methods:
             if key not in training:
                 continue
@@ -44,8 +47,11 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
             mean, low, high = per_step.mean(), per_step.min(), per_step.max()
             if mean.isna().all():
                 continue
-            line, = ax.plot(mean.index, mean.values, label=method)
+            line, = ax.plot(mean.index, mean.values, label=method, marker="o" if len(mean) <= 20 else None,
+                            markersize=4)  # markers: a run of one or a few steps is still visible
             ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.2)
+        if not ax.get_lines():
+            ax.text(0.5, 0.5, "no values logged", ha="center", va="center", transform=ax.transAxes, color="0.5")
         ax.set_title(label)
         ax.set_xlabel("step")
     axes.flat[0].legend()
@@ -112,22 +118,41 @@ def plot_flip(record: dict, path: str | Path | None = None):
     return save_figure(fig, path)
 
 
+METRIC_NAMES = {"accuracy": "accuracy", "not_attempted": "not attempted",
+                "all_attempt_wrong": "questions with every answer wrong", "step_hallucination": "step hallucination",
+                "supported_per_response": "supported sentences", "unsupported_per_response": "unsupported sentences",
+                "checkable_per_response": "checkable sentences", "sentences_per_response": "reasoning sentences",
+                "near_duplicates_per_response": "near-duplicate sentences", "response_tokens": "tokens",
+                "judge_coverage": "judge coverage", "answer_f1": "answer F1", "format_rate": "well-formed"}
+"""Plain names of the report's metrics for figure labels (per-response counts say so in the axis)."""
+
+
+def metric_label(metric: str) -> str:
+    """'step_hallucination@embedding (matched length)' -> 'step hallucination, embedding judge, matched length'."""
+    base, _, extra = metric.partition(" (")
+    name, _, judge = base.partition("@")
+    text = METRIC_NAMES.get(name, name.replace("_", " "))
+    return text + (f", {judge} judge" if judge else "") + (f", {extra.rstrip(')')}" if extra else "")
+
+
 def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | Path | None = None,
                 title: str = ""):
     """Forest plot: every (metric, method) paired difference to the baseline with its interval, shares in
-    percentage points, counts per response in their unit (two panels when both kinds are present)."""
+    percentage points, counts per response in their unit (two panels when both kinds are present). One label per
+    metric (`metric_label`), the methods told apart by colour."""
     plt = pyplot()
     metrics = [m for m in metrics if m in set(differences["metric"])]
     groups = [g for g in ([m for m in metrics if is_share(m) or m in DECOMPOSITION],
                           [m for m in metrics if not (is_share(m) or m in DECOMPOSITION)]) if g]
     methods = list(differences["method"].unique())
-    height = max(2.5, 0.32 * max(len(g) for g in groups) * len(methods) + 1)
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.5 * len(groups), height), squeeze=False)
+    height = max(2.5, 0.3 * max(len(g) for g in groups) * len(methods) + 1.2)
+    fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), height), squeeze=False)
     for ax, group, unit in zip(axes[0], groups, ("percentage points", "per response") if len(groups) == 2 else
                                (("percentage points",) if is_share(groups[0][0]) or groups[0][0] in DECOMPOSITION
                                 else ("per response",))):
-        labels, position = [], 0
-        for metric in group:
+        ticks, labels, position = [], [], 0
+        for i, metric in enumerate(group):
+            first = position
             for k, method in enumerate(methods):
                 row = differences[(differences["metric"] == metric) & (differences["method"] == method)]
                 if row.empty:
@@ -136,16 +161,20 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
                 scale = metric_scale(metric)
                 ax.errorbar(row["diff"] * scale, -position, xerr=[[(row["diff"] - row["low"]) * scale],
                                                                   [(row["high"] - row["diff"]) * scale]],
-                            fmt="o", color=f"C{k}", capsize=3, label=method if metric == group[0] else None)
-                labels.append(f"{metric} ({method})")
+                            fmt="o", color=f"C{k}", capsize=3, label=method if i == 0 else None)
                 position += 1
+            if position > first:
+                ticks.append(-(first + position - 1) / 2)
+                labels.append(metric_label(metric))
+                if i:
+                    ax.axhline(-first + 0.5, color="0.85", linewidth=0.8)
         ax.axvline(0, color="black", linewidth=0.6)
-        ax.set_yticks([-i for i in range(len(labels))])
-        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_yticks(ticks)
+        ax.set_yticklabels(labels, fontsize=9)
         ax.set_xlabel(f"difference to {differences['baseline'].iloc[0]} ({unit})")
         ax.legend(fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return save_figure(fig, path)
 

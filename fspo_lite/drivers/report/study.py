@@ -18,7 +18,7 @@ from ...evaluation.metrics import DECOMPOSITION, decomposition_class
 LENGTH_STRATA = 5
 """Matched-length strata: responses with 1, 2, 3, 4 and 5 or more reasoning sentences."""
 CAUTION_GOAL = {"relative_drop": 0.30, "correct_points": 2.0}
-"""The seed slides' goal for the caution reward: All-Attempt-and-Wrong down >= 30% relative to GRPO with correct
+"""The target set for the caution reward: All-Attempt-and-Wrong down >= 30% relative to GRPO with correct
 answers down by at most 2 points."""
 
 

@@ -153,7 +153,7 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
                          f"{', '.join(f'{w:.2f}' for w in row.weights)} |")
     if goal is not None and len(goal):
         lines += ["", "## The caution goal", "",
-                  f"The seed slides' goal: All-Attempt-and-Wrong (every one of a question's answers attempted and "
+                  f"The target set for the caution reward: All-Attempt-and-Wrong (every one of a question's answers attempted and "
                   f"wrong) down >= {CAUTION_GOAL['relative_drop']:.0%} relative to {baseline}, with correct answers "
                   f"down by at most {CAUTION_GOAL['correct_points']:g} points. *met*: the point estimates satisfy it; "
                   "*holds*: the whole intervals do.", "",
@@ -247,6 +247,25 @@ def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
     return lines
 
 
+def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | None, judges: Sequence[str],
+                            path: str | Path | None = None, level: float = 0.95):
+    """The study's forest plot: accuracy, declines, step hallucination per judge (raw and at matched length), and
+    for the main judge the sentence counts per response; every method against the baseline."""
+    main = judges[0] if judges else None
+    forest = ["accuracy", "not_attempted", "all_attempt_wrong", *[f"step_hallucination@{j}" for j in judges],
+              *([f"supported_per_response@{main}", f"unsupported_per_response@{main}", "sentences_per_response",
+                 "near_duplicates_per_response"] if main else [])]
+    shown = differences
+    if matched is not None and len(matched):  # the matched-length comparisons as rows of their own
+        extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
+        columns = ["metric", "method", "baseline", "diff", "low", "high"]
+        shown = pd.concat([shown, extra[columns]], ignore_index=True)
+        forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
+    baseline = differences["baseline"].iloc[0]
+    return plot_forest(shown, forest, path, title=f"Each method minus {baseline} on the same held-out questions: "
+                                                  f"mean over seeds with its {level:.0%} bootstrap interval")
+
+
 def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str | Path, prefix: str,
                  order: Sequence[str], baseline: str = "grpo", n_resamples: int = 2000, seed: int = 0,
                  level: float = 0.95, settings: dict | None = None, title: str | None = None,
@@ -271,19 +290,8 @@ def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str
                           **({"title": title} if title else {}), detail=detail)
     figures = {}
     if len(tables["differences"]):
-        main = judges[0] if judges else None
-        forest = ["accuracy", "not_attempted", "all_attempt_wrong",
-                  *[f"step_hallucination@{j}" for j in judges],
-                  *([f"supported_per_response@{main}", f"unsupported_per_response@{main}",
-                     "sentences_per_response", "near_duplicates_per_response"] if main else [])]
-        shown = tables["differences"]
-        if len(matched):  # the matched-length comparisons as rows of their own
-            extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
-            columns = ["metric", "method", "baseline", "diff", "low", "high"]
-            shown = pd.concat([shown, extra[columns]], ignore_index=True)
-            forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
         figures["paired_differences"] = str(Path(figures_dir) / f"{prefix}paired_differences.png")
-        plot_forest(shown, forest, figures["paired_differences"])
+        plot_paired_differences(tables["differences"], matched, judges, figures["paired_differences"], level)
     if judges:
         figures["step_hallucination_by_judge"] = str(Path(figures_dir) / f"{prefix}step_hallucination_by_judge.png")
         plot_judges(tables["methods"], judges, figures["step_hallucination_by_judge"], order)

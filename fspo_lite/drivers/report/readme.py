@@ -1,0 +1,187 @@
+"""The README's result blocks and the committed summaries, rendered from the committed result files.
+
+Every number the README shows about the lite job and the study sits between markers
+`<!-- results:NAME -->` ... `<!-- /results:NAME -->` and is rendered here from results/summary.json and
+results/study/summary.json (and results/study/audit.json, the blind audit); nothing between the markers is
+typed by hand. The same run rewrites results/summary.md and results/study/summary.md from their summary.json
+(`render.write_summary`), so the README's verdict is the summary's verdict, word for word.
+
+    python -m fspo_lite.drivers.report.readme           # rewrite the blocks and the summaries (make report)
+    python -m fspo_lite.drivers.report.readme --check   # exit 1, naming what differs (tests/test_readme.py)
+    python -m fspo_lite.drivers.report.readme --figures # also redraw the study figures from summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from .render import AUDIT_FILE, draw_figures, report_settings, summary_document, verdict, verdict_markdown
+from .summary import detail_answer, format_interval
+
+ROOT = Path(__file__).resolve().parents[3]
+SUMMARIES = {"lite": "results", "study": "results/study"}
+"""Result folder of each summary the README quotes (relative to the repository root)."""
+STUDY_ROWS = (("accuracy", "accuracy %"), ("step_hallucination@embedding", "step hallucination, embedding judge %"),
+              ("step_hallucination@likelihood", "step hallucination, likelihood judge %"),
+              ("supported_per_response@embedding", "supported sentences per response (embedding judge)"),
+              ("sentences_per_response", "reasoning sentences per response"))
+LITE_COLUMNS = (("accuracy", "accuracy %"), ("answer_f1", "answer F1 %"), ("not_attempted", "not attempted %"),
+                ("step_hallucination", "step hallucination %"), ("format_rate", "well-formed %"),
+                ("truthfulqa_mc2", "TruthfulQA MC2 %"), ("halueval_accuracy", "HaluEval acc. %"))
+
+
+def load(folder: str | Path) -> tuple[dict, dict | None]:
+    """(summary.json, audit.json or None) of a results folder."""
+    folder = Path(folder)
+    audit = folder / AUDIT_FILE
+    return (json.loads((folder / "summary.json").read_text()),
+            json.loads(audit.read_text()) if audit.exists() else None)
+
+
+def study_table(summary: dict) -> str:
+    """Trained methods as columns, STUDY_ROWS as rows: mean over seeds [95% interval] from the statistics."""
+    stats = summary["statistics"]
+    methods = [m for m in report_settings(summary)["order"] if m != "base"]
+    cells = {(r["metric"], r["method"]): r for r in stats["methods"]}
+    lines = ["| | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for metric, label in STUDY_ROWS:
+        values = [format_interval(metric, *(cells[(metric, m)][k] for k in ("mean", "low", "high")))
+                  if (metric, m) in cells else "" for m in methods]
+        lines.append(f"| {label} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def lite_table(summary: dict) -> str:
+    """Every method of the lite job: mean over seeds ± half the range over seeds."""
+    lines = ["| method | seeds | " + " | ".join(label for _, label in LITE_COLUMNS) + " |",
+             "|---|---|" + "---|" * len(LITE_COLUMNS)]
+    for method, row in summary["methods"].items():
+        seeds = int(row["seeds"])
+
+        def cell(metric):
+            if row.get(metric) is None:
+                return "n/a"
+            spread = row.get(f"{metric}_spread")
+            return f"{100 * row[metric]:.1f}" + (f" ± {50 * spread:.1f}" if seeds > 1 and spread is not None else "")
+
+        lines.append(f"| {method} | {seeds} | " + " | ".join(cell(metric) for metric, _ in LITE_COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def other_arms(summary: dict) -> str:
+    """One bullet for the detail arm's question and one per caution arm's target (summary.md has the tables)."""
+    stats = summary["statistics"]
+    lines = []
+    for row in stats.get("detail_arm") or []:
+        versus = format_interval("count", row["supported_vs_reference"], row["supported_vs_reference_low"],
+                                 row["supported_vs_reference_high"], signed=True)
+        lines.append(f"- Detail term, {row['judge']} judge: {row['arm']} - {row['reference']} supported sentences per "
+                     f"response {versus}; does it keep {row['reference']}'s drop without saying less? "
+                     f"{detail_answer(row)}.")
+    for row in stats.get("caution_goal") or []:
+        if "caution" not in row["method"]:
+            continue
+        lines.append(f"- Caution reward, {row['method']} - {row['baseline']}: questions whose every answer is wrong "
+                     f"{row['aaw_relative']:+.1%} [{row['aaw_relative_low']:+.1%}, {row['aaw_relative_high']:+.1%}] "
+                     f"relative, not attempted {row['not_attempted_points']:+.1f} points; target (at least 30% fewer, "
+                     f"accuracy down at most 2 points) {'met' if row['met'] else 'not met'}.")
+    return "\n".join(lines)
+
+
+def wall_time(summary: dict) -> str:
+    job = summary.get("job") or {}
+    return f"{job['total_seconds'] / 60:.1f} min" if job.get("total_seconds") else "n/a"
+
+
+def blocks(root: str | Path = ROOT) -> dict[str, str]:
+    """Every README block by name, rendered from the result files under `root`."""
+    study, audit = load(Path(root) / SUMMARIES["study"])
+    lite, _ = load(Path(root) / SUMMARIES["lite"])
+    return {"study-verdict": "\n".join(verdict_markdown(verdict(study, audit))).rstrip(),
+            "study-table": study_table(study),
+            "study-others": other_arms(study),
+            "study-time": f"Wall time of the whole study, run in one piece: {wall_time(study)} "
+                          f"(`{study['job']['command']}`, results/study/summary.md).",
+            "lite-table": lite_table(lite),
+            "lite-verdict": "\n".join(verdict_markdown(verdict(lite))).rstrip(),
+            "lite-time": f"Wall time of this run: {wall_time(lite)} (`{lite['job']['command']}`, "
+                         "results/summary.md)."}
+
+
+def _pattern(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- results:{re.escape(name)} -->)(.*?)(<!-- /results:{re.escape(name)} -->)", re.S)
+
+
+def fill(text: str, rendered: dict[str, str]) -> str:
+    """`text` with every block between its markers replaced; a missing marker pair is an error."""
+    for name, body in rendered.items():
+        pattern = _pattern(name)
+        if not pattern.search(text):
+            raise ValueError(f"README has no <!-- results:{name} --> ... <!-- /results:{name} --> block")
+        text = pattern.sub(lambda m: m.group(1) + "\n" + body + "\n" + m.group(3), text)
+    return text
+
+
+def differences(root: str | Path = ROOT) -> list[str]:
+    """What is out of date: README blocks and summary.md files that differ from their rendering (empty: none)."""
+    root = Path(root)
+    stale = []
+    readme = (root / "README.md").read_text()
+    try:
+        if fill(readme, blocks(root)) != readme:
+            stale.append("README.md: a results block differs from the result files")
+    except ValueError as error:
+        stale.append(f"README.md: {error}")
+    for folder in SUMMARIES.values():
+        summary, audit = load(root / folder)
+        if (root / folder / "summary.md").read_text() != summary_document(summary, audit):
+            stale.append(f"{folder}/summary.md differs from the rendering of {folder}/summary.json")
+    return stale
+
+
+def write(root: str | Path = ROOT) -> list[Path]:
+    """Rewrite the README's blocks and the summaries; returns the files written."""
+    root = Path(root)
+    written = []
+    for folder in SUMMARIES.values():
+        summary, audit = load(root / folder)
+        path = root / folder / "summary.md"
+        path.write_text(summary_document(summary, audit))
+        written.append(path)
+    readme = root / "README.md"
+    readme.write_text(fill(readme.read_text(), blocks(root)))
+    return [*written, readme]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fspo_lite.drivers.report.readme",
+        description="Render the README's result blocks and results/{,study/}summary.md from the result files.",
+        epilog="example: python -m fspo_lite.drivers.report.readme --check")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 and say what is out of date")
+    parser.add_argument("--figures", action="store_true", help="also draw the paired-differences and per-judge "
+                        "figures again from the summaries' statistics")
+    parser.add_argument("--root", default=str(ROOT), help="the repository root (default: this checkout)")
+    args = parser.parse_args(argv)
+    if args.figures and not args.check:
+        for folder in SUMMARIES.values():
+            for path in draw_figures(load(Path(args.root) / folder)[0], args.root):
+                print(f"drew {path}")
+    if args.check:
+        stale = differences(args.root)
+        for line in stale:
+            print(line, file=sys.stderr)
+        if stale:
+            print("run `make report` to render them again", file=sys.stderr)
+        return 1 if stale else 0
+    for path in write(args.root):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

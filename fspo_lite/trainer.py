@@ -27,7 +27,7 @@ from .checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_c
 from .config import Config
 from .data import QAExample
 from .distributed import Distributed, loss_normalisers
-from .engines import build_rollout_engine
+from .engines import build_rollout_engine, check_rollout_engine
 from .fsdp import SHARDED_DIR, FSDPDistributed
 from .logprobs import completion_logprobs, micro_batches, reference_context
 from .methods import RewardTools
@@ -95,6 +95,7 @@ class Trainer:
             raise TrainingError(earlier_run(config.train.output_dir))
         if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
             check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
+        check_rollout_engine(config)  # vLLM: installed, a platform here, and the settings that platform honours
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)

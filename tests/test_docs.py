@@ -77,12 +77,12 @@ def test_colab_install_cells_add_the_extras_the_notebooks_defaults_need():
 
 
 def test_a_relative_filter_path_falls_back_to_the_wheel_copy(tmp_path, monkeypatch):
-    from fspo_lite import data
+    from fspo_lite import training_set as data
 
     wheel = tmp_path / "bundled_data"
     wheel.mkdir()
     (wheel / "filter_x.json").write_text("{}")
-    monkeypatch.setattr(data, "_WHEEL_DATA", wheel)
+    monkeypatch.setattr(data, "WHEEL_DATA", wheel)
     monkeypatch.setattr(data, "DATA_DIR", wheel)
     monkeypatch.chdir(tmp_path)
     assert data.bundled_or_given("results/filter_x.json") == wheel / "filter_x.json"

@@ -262,8 +262,12 @@ def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
     check_rollout_engine(_config(tmp_path))  # transformers: nothing to check
     with pytest.raises(ValueError, match="vllm_server_url"):
         check_rollout_engine(_config(tmp_path, "rollout.engine=vllm-server"))
+    with pytest.raises(ValueError, match=r"rollout\.engine='sglang' is out of range"):  # the config refuses it first
+        _config(tmp_path, "rollout.engine=sglang")
+    built_in_code = _config(tmp_path)
+    built_in_code.rollout.engine = "sglang"
     with pytest.raises(ValueError, match="unknown rollout.engine"):
-        check_rollout_engine(_config(tmp_path, "rollout.engine=sglang"))
+        check_rollout_engine(built_in_code)
     real_find_spec = vllm_rollout.importlib.util.find_spec
     monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))

@@ -120,3 +120,11 @@ def test_the_trainer_logs_the_advantage_mass(tmp_path, tiny_policy, monkeypatch)
     for region in REGIONS:
         assert {f"adv_abs_share/{region}", f"adv_signed_share/{region}", f"token_share/{region}"} <= set(row)
     assert row["adv_abs_share/other"] == pytest.approx(1.0) and row["token_share/other"] == pytest.approx(1.0)
+
+
+def test_the_report_draws_the_regions_the_trainer_logs():
+    # the report keeps its own copy of the region names (it draws from summary files without importing torch)
+    from fspo_lite.advantage_mass import REGIONS
+    from fspo_lite.drivers.report.plots import MASS_REGIONS
+
+    assert MASS_REGIONS == REGIONS

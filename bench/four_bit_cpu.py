@@ -43,7 +43,7 @@ def worker(model_name: str, four_bit: bool, repeats: int, tokens: int, length: i
     import torch
 
     from fspo_lite.config import ModelConfig
-    from fspo_lite.models import load_policy
+    from fspo_lite.models.policy import load_policy
 
     started = time.perf_counter()
     model, tokenizer = load_policy(ModelConfig(name=model_name, load_in_4bit=four_bit))

@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fspo_lite.claims import RuleBasedClaimExtractor  # noqa: E402
-from fspo_lite.data import QAExample  # noqa: E402
-from fspo_lite.grading import math_answers_equal  # noqa: E402
-from fspo_lite.grading import outcome_reward  # noqa: E402
+from fspo_lite.scoring.claims import RuleBasedClaimExtractor  # noqa: E402
+from fspo_lite.data.examples import QAExample  # noqa: E402
+from fspo_lite.scoring.grading import math_answers_equal  # noqa: E402
+from fspo_lite.scoring.grading import outcome_reward  # noqa: E402
 from fspo_lite.text import reasoning_sentences  # noqa: E402
 from fspo_lite.text import extract_answer, hotpot_em_f1, parse_number, parse_response, sentence_spans  # noqa: E402
 

@@ -14,10 +14,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fspo_lite.config import VerifierConfig  # noqa: E402
-from fspo_lite.labeling import load_items  # noqa: E402
-from fspo_lite.verifiers import build_verifier  # noqa: E402
-from fspo_lite.verifiers.benchmark import GOLD_SET  # noqa: E402
-from fspo_lite.verifiers.quality import auroc  # noqa: E402
+from fspo_lite.data.labeling import load_items  # noqa: E402
+from fspo_lite.scoring.verifiers import build_verifier  # noqa: E402
+from fspo_lite.scoring.verifiers.benchmark import GOLD_SET  # noqa: E402
+from fspo_lite.scoring.verifiers.quality import auroc  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -203,7 +203,7 @@ def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = N
 
 def step_examples(config, count: int):
     """The training questions in the order fspo-lite's sampler draws them (TRL is fed the same order)."""
-    from fspo_lite.training_set import ExampleSampler, load_training_examples
+    from fspo_lite.data.training_set import ExampleSampler, load_training_examples
 
     examples = load_training_examples(config)
     order = ExampleSampler(len(examples), seed=config.train.seed).next(count)
@@ -212,10 +212,10 @@ def step_examples(config, count: int):
 
 def scoring_seconds(trainer, config, repeats: int = 3) -> tuple[float, int]:
     """Seconds (fastest of `repeats`) to score the trainer's last rollout and turn the scores into token advantages
-    under `config` (fspo_lite.trainer's public `score_rollouts` and `advantages_from_scores`, as `train_step` calls
+    under `config` (fspo_lite.update.trainer's public `score_rollouts` and `advantages_from_scores`, as `train_step` calls
     them), and the number of reasoning sentences the verifier labelled (supported or unsupported)."""
-    from fspo_lite.rewards import build_reward_tools
-    from fspo_lite.trainer import advantages_from_scores, score_rollouts
+    from fspo_lite.scoring.rewards import build_reward_tools
+    from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
 
     examples, rollout = trainer.last_rollout
     per_response = [e for e in examples for _ in range(config.rollout.group_size)]
@@ -244,7 +244,7 @@ def fspo_extra_seconds(trainer, settings: BenchSettings, output_dir: str) -> tup
 def fspo_worker(settings: BenchSettings, conn) -> None:
     """fspo-lite's Trainer; each 'step' message runs one train_step and answers a StepRecord."""
     init_worker(settings)
-    from fspo_lite.trainer import Trainer
+    from fspo_lite.update.trainer import Trainer
 
     class RecordingTrainer(Trainer):
         """Keeps each step's prompts and rollout (through the public `rollout` method) for `fspo_extra_seconds`."""
@@ -285,12 +285,12 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig
 
-    from fspo_lite.models import load_policy
-    from fspo_lite.prompts import prompt_text
-    from fspo_lite.rewards import build_reward_tools
-    from fspo_lite.rollout import Rollout
-    from fspo_lite.trainer import advantages_from_scores, score_rollouts, set_seed
-    from fspo_lite.verifiers import build_verifier
+    from fspo_lite.models.policy import load_policy
+    from fspo_lite.data.prompts import prompt_text
+    from fspo_lite.scoring.rewards import build_reward_tools
+    from fspo_lite.rollout.transformers_rollout import Rollout
+    from fspo_lite.update.trainer import advantages_from_scores, score_rollouts, set_seed
+    from fspo_lite.scoring.verifiers import build_verifier
     from trl_grpo import TokenAdvantageGRPOTrainer
 
     with tempfile.TemporaryDirectory() as output_dir:

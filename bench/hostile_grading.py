@@ -23,9 +23,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import json  # noqa: E402
 
-from fspo_lite.data import QAExample  # noqa: E402
-from fspo_lite.grading import grade_response, math_answers_equal  # noqa: E402
-from fspo_lite.grading.symbolic import default_checker  # noqa: E402
+from fspo_lite.data.examples import QAExample  # noqa: E402
+from fspo_lite.scoring.grading import grade_response, math_answers_equal  # noqa: E402
+from fspo_lite.scoring.grading.symbolic import default_checker  # noqa: E402
 from hostile_math import hostile_answers  # noqa: E402
 
 

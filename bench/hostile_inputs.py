@@ -79,7 +79,7 @@ def verdict(call) -> tuple[str, str]:
 @contextlib.contextmanager
 def tripwires():
     """The model loaders of train and eval replaced by ModelLoaded."""
-    from fspo_lite import trainer
+    from fspo_lite.update import trainer
     from fspo_lite.evaluation import harness
 
     def loaded(*args, **kwargs):
@@ -212,7 +212,7 @@ def shortcut_cases() -> list[tuple[str, str, str]]:
 
 
 def data_cases(folder: Path, quick: bool) -> list[tuple[str, str, str]]:
-    from fspo_lite.data import load_examples
+    from fspo_lite.data.examples import load_examples
 
     rows = {"lone surrogate question": '{"question": "What is \\ud800?", "answer": "x"}\n',
             "lone surrogate evidence": '{"question": "q", "answer": "a", "evidence": "\\udfff"}\n',
@@ -266,11 +266,11 @@ def marker_cases(seed: int = 0) -> list[tuple[str, str, str]]:
 
 
 def checkpoint_cases(folder: Path) -> list[tuple[str, str, str]]:
-    from fspo_lite.checkpoint import latest_checkpoint
+    from fspo_lite.update.checkpoint import latest_checkpoint
     from fspo_lite.config import ModelConfig
-    from fspo_lite.data import QAExample
-    from fspo_lite.models import load_policy
-    from fspo_lite.trainer import Trainer
+    from fspo_lite.data.examples import QAExample
+    from fspo_lite.models.policy import load_policy
+    from fspo_lite.update.trainer import Trainer
 
     examples = [QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
                 QAExample("b", "What is the symbol of gold?", ["Au"], "Gold has the symbol Au.")]

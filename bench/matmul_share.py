@@ -84,14 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     from fspo_lite.drivers.runs import run_config
     from fspo_lite.evaluation import evaluate
     from fspo_lite.evaluation.benchmarks import load_items, resolve
-    from fspo_lite.models import load_policy
-    from fspo_lite.prompts import prompt_text
-    from fspo_lite.rollout import TransformersRollout
+    from fspo_lite.models.policy import load_policy
+    from fspo_lite.data.prompts import prompt_text
+    from fspo_lite.rollout.transformers_rollout import TransformersRollout
     from fspo_lite.text import reasoning_sentences
-    from fspo_lite.trainer import Trainer
-    from fspo_lite.training_set import load_training_examples
-    from fspo_lite.verifiers import build_verifier
-    from fspo_lite.verifiers.cli import machine_description
+    from fspo_lite.update.trainer import Trainer
+    from fspo_lite.data.training_set import load_training_examples
+    from fspo_lite.scoring.verifiers import build_verifier
+    from fspo_lite.scoring.verifiers.cli import machine_description
 
     profile = load_profile(args.profile)
     params = notebook03_parameters(profile)

@@ -10,7 +10,7 @@ tokens, of which the first 152 are the same for every question) through Transfor
 batch (all prompts x samples in one batch), greedy so both settings must give the same answers (checked), or
 sampled at `--temperature` from the same seed (both settings keep the random draws in their places, so the
 answers must match there too). Prints wall and process CPU seconds of each setting (median over the repeats)
-and their ratio. `--setting drop_ended_rows` times `fspo_lite.decoding.decode` against `model.generate`; it
+and their ratio. `--setting drop_ended_rows` times `fspo_lite.rollout.decoding.decode` against `model.generate`; it
 matters for sampled batches, which run until their longest answer ends. `--setting preallocate_cache` times
 `decode` with its KV cache written in place against the concatenating cache.
 """
@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from fspo_lite.config import Config, ModelConfig
-    from fspo_lite.data import load_examples
-    from fspo_lite.models import load_policy
-    from fspo_lite.prompts import prompt_text
-    from fspo_lite.rollout import TransformersRollout
-    from fspo_lite.verifiers.cli import machine_description
+    from fspo_lite.data.examples import load_examples
+    from fspo_lite.models.policy import load_policy
+    from fspo_lite.data.prompts import prompt_text
+    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+    from fspo_lite.scoring.verifiers.cli import machine_description
 
     if args.threads:
         torch.set_num_threads(args.threads)

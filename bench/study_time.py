@@ -115,12 +115,12 @@ def main() -> int:
     from fspo_lite.evaluation.benchmarks import load_items, resolve
     from fspo_lite.drivers.experiment import load_profile, local_sources
     from fspo_lite.drivers.runs import run_config
-    from fspo_lite.models import load_policy
+    from fspo_lite.models.policy import load_policy
     from fspo_lite.text import reasoning_sentences
-    from fspo_lite.trainer import Trainer
-    from fspo_lite.training_set import load_training_examples
-    from fspo_lite.verifiers import build_verifier
-    from fspo_lite.verifiers.cli import machine_description
+    from fspo_lite.update.trainer import Trainer
+    from fspo_lite.data.training_set import load_training_examples
+    from fspo_lite.scoring.verifiers import build_verifier
+    from fspo_lite.scoring.verifiers.cli import machine_description
 
     profile = load_profile(args.profile)
     params = notebook03_parameters(profile)

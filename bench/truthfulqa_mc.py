@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from fspo_lite.config import ModelConfig
     from fspo_lite.evaluation.benchmarks import load_items, resolve
     from fspo_lite.evaluation.mc import QA_PRIMER, PrefixScorer, qa_context, score_choices_direct
-    from fspo_lite.models import load_policy
+    from fspo_lite.models.policy import load_policy
 
     source = resolve("truthfulqa_mc")
     items = load_items("truthfulqa_mc", source, limit=args.items, shuffle=True, seed=0)

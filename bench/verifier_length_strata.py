@@ -16,10 +16,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from fspo_lite.data_files import local_path  # noqa: E402
-from fspo_lite.verifiers.benchmark import halueval_claim  # noqa: E402
-from fspo_lite.verifiers.lexical import LexicalVerifier  # noqa: E402
-from fspo_lite.verifiers.quality import auroc  # noqa: E402
+from fspo_lite.data.files import local_path  # noqa: E402
+from fspo_lite.scoring.verifiers.benchmark import halueval_claim  # noqa: E402
+from fspo_lite.scoring.verifiers.lexical import LexicalVerifier  # noqa: E402
+from fspo_lite.scoring.verifiers.quality import auroc  # noqa: E402
 
 BINS = ("1-2", "3-5", "6-9", "10+")
 

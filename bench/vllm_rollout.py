@@ -80,7 +80,7 @@ def update_adapter(model, rollout, steps: int, lr: float = 1e-3, micro_batch: in
     """`steps` Adam steps raising the log-prob of the sampled responses: the adapter moves away from B = 0."""
     import torch
 
-    from fspo_lite.logprobs import completion_logprobs
+    from fspo_lite.models.logprobs import completion_logprobs
 
     model.train()
     optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
@@ -111,12 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from fspo_lite.config import load_config
-    from fspo_lite.distributed import Distributed
-    from fspo_lite.engines import build_rollout_engine, check_rollout_engine
-    from fspo_lite.logprobs import completion_logprobs
-    from fspo_lite.models import bundled_model_dir, load_policy
-    from fspo_lite.prompts import prompt_text
-    from fspo_lite.training_set import load_training_examples
+    from fspo_lite.update.distributed import Distributed
+    from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
+    from fspo_lite.models.logprobs import completion_logprobs
+    from fspo_lite.models.policy import bundled_model_dir, load_policy
+    from fspo_lite.data.prompts import prompt_text
+    from fspo_lite.data.training_set import load_training_examples
 
     engines = args.engines.split(",")
     base = ["model.name=smollm2-135m", "model.lora=true", f"rollout.max_new_tokens={args.tokens}",

@@ -4,22 +4,13 @@ The math lives in pure functions (`algos`, `text`, `align`); the trainer and rol
 are thin shells around them. See README.md and docs/ for the tour.
 """
 
-from .algos import (
-    aggregate_loss,
-    clipped_surrogate,
-    fspo_flip,
-    group_advantages,
-    kl_k3,
-    reward_to_go,
-    step_score,
-    token_advantages,
-    token_reward_advantages,
-)
-from .config import Config, load_config
-from .data import QAExample, load_examples
-from .grading import math_answers_equal
-from .models import load_policy
-from .text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
+from fspo_lite.algos import (aggregate_loss, clipped_surrogate, fspo_flip, group_advantages, kl_k3, reward_to_go,
+                             step_score, token_advantages, token_reward_advantages)
+from fspo_lite.config import Config, load_config
+from fspo_lite.data.examples import QAExample, load_examples
+from fspo_lite.models.policy import load_policy
+from fspo_lite.scoring.grading import math_answers_equal
+from fspo_lite.text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
 
 __version__ = "0.1.0"
 

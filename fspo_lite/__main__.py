@@ -13,8 +13,8 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args) -> int:
-    from .config import load_config
-    from .trainer import Trainer, describe
+    from fspo_lite.config import load_config
+    from fspo_lite.update.trainer import Trainer, describe
 
     config = load_config(args.config, args.overrides)
     trainer = Trainer(config)
@@ -37,9 +37,9 @@ def _command_line() -> str:
 
 
 def _portable_argument(argument: str) -> str:
-    """An argument with its path (whole, or the VALUE of KEY=VALUE) made portable (fspo_lite.data.portable_spec):
+    """An argument with its path (whole, or the VALUE of KEY=VALUE) made portable (fspo_lite.data.examples.portable_spec):
     recorded commands must run from any checkout's root, so they hold no absolute paths into this one."""
-    from .data import portable_spec
+    from fspo_lite.data.examples import portable_spec
 
     key, equals, value = argument.partition("=")
     if equals and not key.startswith(("/", "~")):
@@ -49,7 +49,7 @@ def _portable_argument(argument: str) -> str:
 
 def parse_band(text: str) -> list[float]:
     """'0.2,0.8' -> [0.2, 0.8]; ConfigError for anything but two numbers 0 <= LOW <= HIGH <= 1."""
-    from .config import ConfigError, validate_band
+    from fspo_lite.config import ConfigError, validate_band
 
     try:
         values = [float(x) for x in text.split(",")]
@@ -60,8 +60,8 @@ def parse_band(text: str) -> list[float]:
 
 
 def cmd_filter(args) -> int:
-    from .config import apply_shortcuts, load_config
-    from .drivers.filtering import plot_filter, run_filter
+    from fspo_lite.config import apply_shortcuts, load_config
+    from fspo_lite.drivers.filtering import plot_filter, run_filter
 
     band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
     config = apply_shortcuts(load_config(args.config, args.overrides), {"filter.samples": args.samples,
@@ -77,9 +77,9 @@ def cmd_filter(args) -> int:
 
 
 def cmd_sweep_prompts(args) -> int:
-    from .config import load_config
-    from .data import portable_spec
-    from .drivers.prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
+    from fspo_lite.config import load_config
+    from fspo_lite.data.examples import portable_spec
+    from fspo_lite.drivers.prompt_sweep import load_prompts, plot_frontier, run_sweep, save_sweep
 
     config = load_config(args.config, args.overrides)
     results = run_sweep(config, load_prompts(args.prompts), args.samples, args.data, args.cache_dir)
@@ -98,8 +98,8 @@ def cmd_sweep_prompts(args) -> int:
 
 
 def cmd_klcf_checklist(args) -> int:
-    from .drivers.checklist import build_checklist_file
-    from .config import apply_shortcuts, load_config
+    from fspo_lite.drivers.checklist import build_checklist_file
+    from fspo_lite.config import apply_shortcuts, load_config
 
     config = apply_shortcuts(load_config(args.config, args.overrides), {"klcf.checklist_samples": args.samples})
     path, checklists = build_checklist_file(config, args.samples, args.output, command=_command_line())
@@ -110,8 +110,8 @@ def cmd_klcf_checklist(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from .config import apply_shortcuts, load_config
-    from .evaluation import evaluate
+    from fspo_lite.config import apply_shortcuts, load_config
+    from fspo_lite.evaluation import evaluate
 
     shortcuts = {"model.name": args.model, "model.adapter_path": args.adapter, "evaluation.benchmarks": args.benchmarks,
                  "evaluation.limit": args.limit, "evaluation.samples": args.samples,
@@ -138,22 +138,22 @@ def pd_options():
 
 
 def cmd_verifiers_benchmark(args) -> int:
-    from .config import load_config
-    from .verifiers.cli import benchmark_command
+    from fspo_lite.config import load_config
+    from fspo_lite.scoring.verifiers.cli import benchmark_command
 
     config = load_config(args.config, args.overrides)
     return benchmark_command(config, args.verifiers.split(","), args.limit, args.train_limit, args.gold, args.json)
 
 
 def cmd_verifiers_calibrate(args) -> int:
-    from .config import load_config
-    from .verifiers.cli import calibrate_command
+    from fspo_lite.config import load_config
+    from fspo_lite.scoring.verifiers.cli import calibrate_command
 
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
 
 
 def cmd_audit_sample(args) -> int:
-    from .drivers.audit import sample_command
+    from fspo_lite.drivers.audit import sample_command
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
@@ -170,7 +170,7 @@ def cmd_audit_sample(args) -> int:
 def cmd_audit_score(args) -> int:
     import json
 
-    from .drivers.audit import audit_markdown, score_command
+    from fspo_lite.drivers.audit import audit_markdown, score_command
 
     try:
         result = score_command(args.items, args.key, args.resamples, args.seed)
@@ -185,7 +185,7 @@ def cmd_audit_score(args) -> int:
 
 
 def cmd_data_list(args) -> int:
-    from .data_files import DATA_ENV, DATA_FILES, data_dir, local_path
+    from fspo_lite.data.files import DATA_ENV, DATA_FILES, data_dir, local_path
 
     folder = data_dir()
     print(f"data folder: {folder} (set ${DATA_ENV} to move it)")
@@ -198,7 +198,7 @@ def cmd_data_list(args) -> int:
 
 
 def cmd_data_prepare(args) -> int:
-    from .data_files import DATA_FILES, DataFolderError, prepare
+    from fspo_lite.data.files import DATA_FILES, DataFolderError, prepare
 
     names = args.names or [name for name, entry in DATA_FILES.items() if entry.hub or args.source]
     failed = 0
@@ -216,9 +216,9 @@ def cmd_data_prepare(args) -> int:
 def cmd_lite(args) -> int:
     from pathlib import Path
 
-    from .config import parse_overrides
-    from .drivers.experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
-                             with_training_overrides)
+    from fspo_lite.config import parse_overrides
+    from fspo_lite.drivers.experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
+                                              with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
     # training runs (notebook 03's `overrides`)
@@ -249,14 +249,14 @@ def error_line(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .drivers.cli_help import parse_documented, program_name
+    from fspo_lite.drivers.cli_help import parse_documented, program_name
     parser = argparse.ArgumentParser(prog=program_name(), description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
-    from .evaluation.benchmarks import BENCHMARKS
-    from .drivers.experiment import profile_names
-    from .rewards import REWARD_METHODS
-    from .verifiers import VERIFIERS
+    from fspo_lite.evaluation.benchmarks import BENCHMARKS
+    from fspo_lite.drivers.experiment import profile_names
+    from fspo_lite.scoring.rewards import REWARD_METHODS
+    from fspo_lite.scoring.verifiers import VERIFIERS
 
     train = commands.add_parser(
         "train", help="train a policy with GRPO/FSPO and friends",
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     calibrate.add_argument("--train-limit", type=int, default=1000, help="HaluEval train rows; default: %(default)s")
     calibrate.set_defaults(run=cmd_verifiers_calibrate)
 
-    from .data_files import DATA_FILES
+    from fspo_lite.data.files import DATA_FILES
 
     data = commands.add_parser("data", help="the benchmark and training files that are not bundled: list them, or "
                                "prepare them in the data folder ($FSPO_LITE_DATA)").add_subparsers(

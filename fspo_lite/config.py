@@ -121,7 +121,7 @@ class RolloutConfig:
     starts with (system prompt, demonstrations) once, then each prompt's own rest (the same KV cache up to float
     rounding; docs/performance.md). Used when that common start is at least 16 tokens."""
     drop_ended_rows: bool = True
-    """transformers engine: decode with `fspo_lite.decoding.decode`, which takes a row out of the forward pass once
+    """transformers engine: decode with `fspo_lite.rollout.decoding.decode`, which takes a row out of the forward pass once
     it has produced EOS (`model.generate` computes every row until the last one ends). The same tokens for the same
     seed (the random draws keep their places); about 0.7x the time of a 64-row sampled batch on the CPU
     (docs/performance.md). Not used with sharded weights (FSDP) or the Unsloth backend."""
@@ -146,7 +146,7 @@ class RewardConfig:
     0 is the published behaviour (the step score is only logged)."""
     claim_extractor: str = "rules"
     """How RLFH and KLCF split sentences into atomic statements: rules (offline clause splitting) | llm (a chat
-    model named by verifier.model / verifier.server_url, as for the llm verifier; fspo_lite.claims)."""
+    model named by verifier.model / verifier.server_url, as for the llm verifier; fspo_lite.scoring.claims)."""
 
 
 @dataclass
@@ -246,7 +246,7 @@ class KLCFConfig:
 
 @dataclass
 class DetailConfig:
-    """A detail term added to any method's reward so that saying less does not pay (fspo_lite.methods.detail;
+    """A detail term added to any method's reward so that saying less does not pay (fspo_lite.scoring.methods.detail;
     docs/methods.md). Off by default (weight 0 and precision_weight 0)."""
 
     weight: float = 0.0

@@ -53,7 +53,7 @@ def build_random_model(name: str, cache: Path) -> Path:
         return folder
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from fspo_lite.models import load_tokenizer
+    from fspo_lite.models.policy import load_tokenizer
 
     values = ARCHITECTURES[name]
     tokenizer = load_tokenizer("tiny")
@@ -71,7 +71,7 @@ def build_random_model(name: str, cache: Path) -> Path:
 
 
 def questions(count: int = 64):
-    from fspo_lite.data import QAExample
+    from fspo_lite.data.examples import QAExample
 
     return [QAExample(f"b{i}", f"What is the atomic number of element number {i}?", [str(i)],
                       f"Element number {i} has atomic number {i}. It is a chemical element.") for i in range(1, count + 1)]
@@ -79,7 +79,7 @@ def questions(count: int = 64):
 
 def run_one(args) -> dict:
     """Train warm-up + measured steps of one configuration in this process; return the figures."""
-    from fspo_lite import trainer as trainer_module
+    from fspo_lite.update import trainer as trainer_module
     from fspo_lite.config import load_config
 
     folder = build_random_model(args.models[0], Path(args.cache))
@@ -116,7 +116,7 @@ def run_one(args) -> dict:
         rows.append(trainer.train_step())
     measured = rows[1:]
     mean = lambda key: sum(r[key] for r in measured) / len(measured)  # noqa: E731
-    from fspo_lite.models import trainable_parameter_count
+    from fspo_lite.models.policy import trainable_parameter_count
 
     trainable, total = trainable_parameter_count(trainer.model)
     return {

@@ -11,7 +11,7 @@ Two sets share the canonical record schema (see ``SCHEMA_KEYS`` and ``validate_r
 
 ``python scripts/data_build.py --out data --seed 0`` rewrites all four files; the output is
 byte-identical for the same seed and package versions (``FACT_PACKAGES``). A build tool: it lives outside
-the runtime package, which only reads the files it writes (``fspo_lite.data``).
+the runtime package, which only reads the files it writes (``fspo_lite.data.examples``).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ def load_script(name: str):
 
 def shared_file(name: str) -> Path:
     """A file of the data folder, or skip the test when it is absent."""
-    from fspo_lite.data_files import data_dir
+    from fspo_lite.data.files import data_dir
 
     path = data_dir() / name
     if not path.exists():
@@ -44,7 +44,7 @@ def shared_file(name: str) -> Path:
 
 @pytest.fixture(scope="session")
 def smol_tokenizer():
-    from fspo_lite.models import load_tokenizer
+    from fspo_lite.models.policy import load_tokenizer
 
     return load_tokenizer("smollm2-135m")
 
@@ -83,7 +83,7 @@ def metaspace_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_policy():
     from fspo_lite.config import ModelConfig
-    from fspo_lite.models import load_policy
+    from fspo_lite.models.policy import load_policy
 
     return load_policy(ModelConfig(name="tiny", lora=True, lora_r=4, lora_alpha=8))
 

@@ -24,10 +24,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from fspo_lite import trainer as trainer_module  # noqa: E402
+from fspo_lite.update import trainer as trainer_module  # noqa: E402
 from fspo_lite.config import load_config  # noqa: E402
-from fspo_lite.data import QAExample  # noqa: E402
-from fspo_lite.rollout import Rollout, completion_mask_from_ids, eos_ids  # noqa: E402
+from fspo_lite.data.examples import QAExample  # noqa: E402
+from fspo_lite.rollout.transformers_rollout import Rollout, completion_mask_from_ids, eos_ids  # noqa: E402
 
 EXAMPLES = [
     QAExample(f"q{i}", f"Question number {i}: what is {i} plus {i}?", [str(2 * i)], f"{i} plus {i} is {2 * i}.")

@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from fspo_lite import trainer
+from fspo_lite.update import trainer
 from fspo_lite.__main__ import main
 
 real_score_rollouts = trainer.score_rollouts

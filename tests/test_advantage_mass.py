@@ -1,4 +1,4 @@
-"""Where the gradient goes (fspo_lite/advantage_mass.py): the shares checked by hand."""
+"""Where the gradient goes (fspo_lite/scoring/advantage_mass.py): the shares checked by hand."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from fspo_lite.advantage_mass import REGIONS, advantage_mass, token_regions
-from fspo_lite.verdicts import ResponseView, SentenceVerdicts
+from fspo_lite.scoring.advantage_mass import REGIONS, advantage_mass, token_regions
+from fspo_lite.scoring.verdicts import ResponseView, SentenceVerdicts
 
 S, U, C, ANS, O = range(5)
 
@@ -98,11 +98,11 @@ def test_the_trainer_logs_the_advantage_mass(tmp_path, tiny_policy, monkeypatch)
     sentence gets a verdict: all the (random, nonzero) advantage mass lands on "other"."""
     import copy
 
-    from fspo_lite import trainer as trainer_module
+    from fspo_lite.update import trainer as trainer_module
     from fspo_lite.config import load_config
-    from fspo_lite.data import QAExample
-    from fspo_lite.trainer import Trainer
-    from fspo_lite.training_log import read_metrics
+    from fspo_lite.data.examples import QAExample
+    from fspo_lite.update.trainer import Trainer
+    from fspo_lite.logs.training_log import read_metrics
 
     real = trainer_module.score_rollouts
     generator = torch.Generator().manual_seed(0)
@@ -124,7 +124,7 @@ def test_the_trainer_logs_the_advantage_mass(tmp_path, tiny_policy, monkeypatch)
 
 def test_the_report_draws_the_regions_the_trainer_logs():
     # the report keeps its own copy of the region names (it draws from summary files without importing torch)
-    from fspo_lite.advantage_mass import REGIONS
+    from fspo_lite.scoring.advantage_mass import REGIONS
     from fspo_lite.drivers.report.plots import MASS_REGIONS
 
     assert MASS_REGIONS == REGIONS

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fspo_lite.align import char_to_token_index, spans_to_token_values, token_char_offsets
+from fspo_lite.scoring.align import char_to_token_index, spans_to_token_values, token_char_offsets
 from fspo_lite.text import sentence_spans
 
 TRICKY = [
@@ -61,7 +61,7 @@ def test_special_tokens_get_empty_ranges(smol_tokenizer):
 
 
 def test_prefix_fallback_matches_stream(smol_tokenizer):
-    from fspo_lite import align
+    from fspo_lite.scoring import align
 
     text = TRICKY[2]
     ids = smol_tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -73,7 +73,7 @@ def test_prefix_fallback_matches_stream(smol_tokenizer):
 
 def test_unfinished_byte_sequence_at_the_end_is_covered(smol_tokenizer):
     """A lone UTF-8 continuation byte (id 111, '\xa1') decodes to U+FFFD; its token must cover it."""
-    from fspo_lite import align
+    from fspo_lite.scoring import align
 
     period = smol_tokenizer.convert_tokens_to_ids(".")
     text, offsets = token_char_offsets(smol_tokenizer, [period, 111])

@@ -31,21 +31,17 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "fspo_lite"
 
 LAYERS: list[tuple[str, list[str]]] = [
-    # lowest first; a name is a module or a package (all of its modules but those listed elsewhere)
-    ("core: math, text, config", ["algos", "align", "text", "stats", "config"]),
-    ("grading: answer grading", ["grading"]),
-    ("data: examples, the training set, prompts, data files, gold labels",
-     ["data", "data_files", "row_limits", "training_set", "prompts", "labeling"]),
-    ("models and rollout engines", ["models", "prompt_cache", "decoding", "logprobs", "rollout", "vllm_rollout",
-                                    "vllm_server", "engines", "llm"]),
-    ("claim extraction", ["claims"]),
-    ("verifiers", ["verifiers"]),
-    ("sentence verdicts and FSPO masks", ["verdicts", "advantage_mass"]),
-    ("rewards and methods", ["methods", "rewards"]),
-    ("update: checkpoints, processes, sharding", ["checkpoint", "distributed", "fsdp"]),
-    ("trainer and its logs", ["trainer", "training_log"]),
+    # lowest first; a name is a module or a package (all of its modules but those listed elsewhere). The stages
+    # are folders: data -> rollout -> scoring -> update, with logs below the update that writes them.
+    ("core: the config and the pure math and text functions", ["config", "algos", "text", "stats"]),
+    ("data: examples, the data folder, the training set, prompts, gold labels", ["data"]),
+    ("models: the policy, its shared-prompt cache and log-probabilities", ["models"]),
+    ("rollout: prompts in, sampled completions out", ["rollout"]),
+    ("scoring: grading, verification, rewards, advantages", ["scoring"]),
+    ("logs: a run's metrics and samples", ["logs"]),
+    ("update: the training loop, checkpoints, processes, sharding", ["update"]),
     ("evaluation", ["evaluation"]),
-    ("experiment drivers, tools and CLI", ["", "__main__", "drivers", "verifiers.cli", "notebook_tools"]),
+    ("experiment drivers, tools and CLI", ["", "__main__", "drivers", "scoring.verifiers.cli"]),
 ]
 """The architecture, one way from data to metrics ("" is the package's __init__, the public facade)."""
 
@@ -239,7 +235,7 @@ def package():
 def test_the_graph_sees_the_package(package):
     trees, edges, _ = package
     assert len(trees) >= 40 and len(edges) >= 100
-    assert any(edge.source == "fspo_lite.trainer" and edge.target == "fspo_lite.algos" for edge in edges)
+    assert any(edge.source == "fspo_lite.update.trainer" and edge.target == "fspo_lite.algos" for edge in edges)
     assert any(edge.lazy for edge in edges)
 
 
@@ -281,17 +277,17 @@ def test_module_sizes(package):
 # --- the FSPO path --------------------------------------------------------------------------------
 
 FSPO_PATH: list[str] = [
-    "fspo_lite.trainer:Trainer.train_step",  # one step
-    "fspo_lite.trainer:Trainer.rollout",
-    "fspo_lite.rollout:TransformersRollout.generate",  # rollout: G responses per prompt
-    "fspo_lite.trainer:score_rollouts",
-    "fspo_lite.verdicts:response_views",
-    "fspo_lite.verdicts:verify_sentences",  # verdicts: the verifier's label on each reasoning sentence
-    "fspo_lite.verdicts:sentence_mask",  # mask: +1 / -1 / 0 per completion token
-    "fspo_lite.trainer:advantages_from_scores",
+    "fspo_lite.update.trainer:Trainer.train_step",  # one step
+    "fspo_lite.update.trainer:Trainer.rollout",
+    "fspo_lite.rollout.transformers_rollout:TransformersRollout.generate",  # rollout: G responses per prompt
+    "fspo_lite.update.trainer:score_rollouts",
+    "fspo_lite.scoring.verdicts:response_views",
+    "fspo_lite.scoring.verdicts:verify_sentences",  # verdicts: the verifier's label on each reasoning sentence
+    "fspo_lite.scoring.verdicts:sentence_mask",  # mask: +1 / -1 / 0 per completion token
+    "fspo_lite.update.trainer:advantages_from_scores",
     "fspo_lite.algos:token_advantages",
     "fspo_lite.algos:fspo_flip",  # flip
-    "fspo_lite.trainer:Trainer.update",
+    "fspo_lite.update.trainer:Trainer.update",
     "fspo_lite.algos:clipped_surrogate",  # loss
     "fspo_lite.algos:aggregate_loss",
 ]
@@ -344,11 +340,11 @@ def test_the_fspo_path_reads_in_at_most_four_files():
 
 
 def test_the_path_checker_fails_on_a_longer_or_broken_path():
-    longer = [*FSPO_PATH[:4], "fspo_lite.rewards:method_rewards", *FSPO_PATH[4:]]
+    longer = [*FSPO_PATH[:4], "fspo_lite.scoring.rewards:method_rewards", *FSPO_PATH[4:]]
     assert len(path_files(longer)) == MAX_PATH_FILES + 1
-    assert "fspo_lite/rewards.py" in path_files(longer)
-    assert unreached(["fspo_lite.algos:token_advantages", "fspo_lite.verdicts:sentence_mask"]) == \
-        ["fspo_lite.verdicts:sentence_mask"]
+    assert "fspo_lite/scoring/rewards.py" in path_files(longer)
+    assert unreached(["fspo_lite.algos:token_advantages", "fspo_lite.scoring.verdicts:sentence_mask"]) == \
+        ["fspo_lite.scoring.verdicts:sentence_mask"]
     assert unreached(["fspo_lite.algos:token_advantages", "fspo_lite.algos:fspo_flip"]) == []
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from fspo_lite.drivers import audit
 from fspo_lite.__main__ import main
-from fspo_lite.labeling import load_items, save_items
+from fspo_lite.data.labeling import load_items, save_items
 
 QUESTIONS = {f"q{i}": (f"What is item {i}?", f"Item {i} is number {i}.") for i in range(6)}
 
@@ -100,7 +100,7 @@ def test_score_by_hand(tmp_path):
 def test_score_is_clustered_by_question():
     """Two questions, one sentence of each method per question; question 0: both unsupported, question 1: fspo
     supported. Clustered: resamples hold q0 twice (diff 0), q1 twice (-1) or both (-0.5)."""
-    from fspo_lite.labeling import SentenceItem
+    from fspo_lite.data.labeling import SentenceItem
 
     def item(i, label):
         return SentenceItem(id=f"a{i}", question="Q", evidence="E", response="S.", sentence="S.", span=(0, 2),

@@ -11,9 +11,9 @@ from fspo_lite.drivers import checklist as checklist_module
 from fspo_lite.drivers import filtering, prompt_sweep
 from fspo_lite.__main__ import main
 from fspo_lite.config import load_config
-from fspo_lite.methods.klcf import load_checklists
+from fspo_lite.scoring.methods.klcf import load_checklists
 from fspo_lite.drivers.base_samples import QuestionStats
-from fspo_lite.training_set import load_training_examples
+from fspo_lite.data.training_set import load_training_examples
 
 QUESTIONS = {  # question -> the completions the fake model cycles through (after the "<think>" prefix)
     "Capital of France?": ["Paris is in France.</think><answer>Paris</answer>", "</think><answer>Lyon</answer>"],

@@ -276,9 +276,9 @@ def drag_slider(page, box, section: str, key: str, fraction: float) -> float:
 
 def test_playground_sliders_update_table_and_plot(lab, page):
     from fspo_lite.config import Config
-    from fspo_lite.models import load_tokenizer
+    from fspo_lite.models.policy import load_tokenizer
     from fspo_lite.drivers.playground import compute_playground, load_items, reward_table
-    from fspo_lite.verifiers import build_verifier
+    from fspo_lite.scoring.verifiers import build_verifier
 
     open_notebook(page, lab, "notebooks/05_reward_playground.ipynb")
     run_all(page)

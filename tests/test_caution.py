@@ -3,13 +3,13 @@
 import pytest
 
 from fspo_lite.config import Config
-from fspo_lite.data import QAExample
-from fspo_lite.methods.caution import (
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.methods.caution import (
     CORRECT, MALFORMED, PROCESS, UNKNOWN, WRONG, answer_category, caution_group_rewards, caution_phase,
     contains_answer,
 )
-from fspo_lite.trainer import score_rollouts
-from fspo_lite.rollout import rollout_from_texts
+from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.rollout.transformers_rollout import rollout_from_texts
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_score_rollouts_caution_groups_and_variants(smol_tokenizer):
     caution = score_rollouts([GOLD] * 8, rollout, smol_tokenizer, config, verifier=None, step=3)
     assert caution.rewards.tolist() == [0.0, 0.0, 0.0, -2.0, 1.0, 0.0, 0.0, 1.0]
     config.reward.method = "caution+fspo"
-    from fspo_lite.verifiers import LexicalVerifier
+    from fspo_lite.scoring.verifiers import LexicalVerifier
 
     flipped = score_rollouts([GOLD] * 8, rollout, smol_tokenizer, config, LexicalVerifier(), step=0)
     assert flipped.sentence_mask is not None and flipped.rewards.tolist() == fact.rewards.tolist()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fspo_lite.claims import RuleBasedClaimExtractor, locate_claim
+from fspo_lite.scoring.claims import RuleBasedClaimExtractor, locate_claim
 
 
 def test_rule_based_splits_clauses():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fspo_lite.claims import LLMClaimExtractor, RuleBasedClaimExtractor, parse_claims
+from fspo_lite.scoring.claims import LLMClaimExtractor, RuleBasedClaimExtractor, parse_claims
 
 
 @pytest.mark.parametrize("reply, expected", [

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite.notebook_tools import COLAB_GUARD, PLACEHOLDER_OWNER
+from fspo_lite.drivers.notebook_tools import COLAB_GUARD, PLACEHOLDER_OWNER
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_measure_hallucination.ipynb"
@@ -48,7 +48,7 @@ DRIVER = '''import json, os, sys
 import google.colab  # Colab has imported it before any cell runs
 exec(compile(open(sys.argv[1]).read(), "<install cell>", "exec"), {"__name__": "__main__"})
 import fspo_lite
-from fspo_lite.data import DATA_DIR, load_examples
+from fspo_lite.data.examples import DATA_DIR, load_examples
 print("RESULT " + json.dumps({"file": fspo_lite.__file__, "data_dir": str(DATA_DIR), "cwd": os.getcwd(),
                               "rows": len(load_examples("bundled:kbqa_test"))}))
 '''

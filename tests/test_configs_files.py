@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from fspo_lite.config import load_config
-from fspo_lite.data import DataError, QAExample, load_mixture, parse_mixture, save_examples
+from fspo_lite.data.examples import DataError, QAExample, load_mixture, parse_mixture, save_examples
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import shared_file
-from fspo_lite.data import DataError, QAExample, load_examples, record_from_row, save_examples
+from fspo_lite.data.examples import DataError, QAExample, load_examples, record_from_row, save_examples
 
 
 def test_hotpotqa_with_evidence():
@@ -169,7 +169,7 @@ def test_parquet_arrays_and_missing_cells(tmp_path):
 
 def test_config_can_skip_bad_rows(tmp_path, capsys):
     from fspo_lite.config import load_config
-    from fspo_lite.training_set import load_training_examples
+    from fspo_lite.data.training_set import load_training_examples
 
     path = tmp_path / "d.jsonl"
     path.write_bytes(b'{"question": "ok?", "answer": "a"}\n{broken\n{"question": "q2?", "answer": "b"}\n')

@@ -1,4 +1,4 @@
-"""The data folder (`fspo_lite.data_files`, `python -m fspo_lite data`) and a project that stands alone."""
+"""The data folder (`fspo_lite.data.files`, `python -m fspo_lite data`) and a project that stands alone."""
 
 import json
 import re
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite.data import DataError, load_examples
-from fspo_lite.data_files import (
+from fspo_lite.data.examples import DataError, load_examples
+from fspo_lite.data.files import (
     DATA_FILES,
     DataFolderError,
     _gsm8k,
@@ -126,8 +126,8 @@ def test_data_command_lists_and_prepares(tmp_path, monkeypatch, capsys):
 def test_every_cli_lists_its_choices(capsys):
     from fspo_lite.__main__ import main
     from fspo_lite.evaluation.benchmarks import BENCHMARKS
-    from fspo_lite.rewards import REWARD_METHODS
-    from fspo_lite.verifiers import VERIFIERS
+    from fspo_lite.scoring.rewards import REWARD_METHODS
+    from fspo_lite.scoring.verifiers import VERIFIERS
 
     def help_text(*args):
         with pytest.raises(SystemExit) as done:

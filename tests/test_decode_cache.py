@@ -1,4 +1,4 @@
-"""decode's preallocated KV cache (fspo_lite.decoding.preallocate): the same tokens as the concatenating cache,
+"""decode's preallocated KV cache (fspo_lite.rollout.decoding.preallocate): the same tokens as the concatenating cache,
 written in place (no copy of the cache per step), and right after rows leave the pass."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig
-from fspo_lite.decoding import decode, preallocate, preallocated_layer_class
-from fspo_lite.models import load_policy
+from fspo_lite.rollout.decoding import decode, preallocate, preallocated_layer_class
+from fspo_lite.models.policy import load_policy
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def test_decode_gives_the_same_tokens_with_and_without_preallocation(tiny, compa
 def test_min_new_tokens_matches_generate_and_the_rollout_uses_decode_for_it(tiny):
     """generate_kwargs={"min_new_tokens": N} (bench/grpo_step.py forces the length so) stays on `decode`, with the
     tokens `generate` draws: no EOS before N tokens, the same random draws."""
-    from fspo_lite.rollout import TransformersRollout
+    from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
     model, tokenizer = tiny
     prompts = ["a b c", "question one two three four", "x", "the quick brown fox"]

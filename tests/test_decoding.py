@@ -1,4 +1,4 @@
-"""Decoding with ended rows taken out of the pass (fspo_lite.decoding): the same tokens and the same random stream
+"""Decoding with ended rows taken out of the pass (fspo_lite.rollout.decoding): the same tokens and the same random stream
 as `model.generate`, hand-computed logits processing, and the cases where the rollout keeps `generate`."""
 
 import math
@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig
-from fspo_lite.decoding import decode, plain_sampling, process_logits
-from fspo_lite.models import load_policy
-from fspo_lite.rollout import TransformersRollout, eos_ids
+from fspo_lite.rollout.decoding import decode, plain_sampling, process_logits
+from fspo_lite.models.policy import load_policy
+from fspo_lite.rollout.transformers_rollout import TransformersRollout, eos_ids
 
 PROMPTS = ["Question: which river flows through Paris? Answer:", "Q: 2+2?", "Name a metal that is liquid at room temperature."]
 
@@ -56,7 +56,7 @@ def test_decode_gives_generates_tokens_and_random_stream(tiny, do_sample, top_p,
 
 
 def test_decode_on_a_prefilled_cache_gives_generates_tokens(tiny):
-    from fspo_lite.prompt_cache import distinct_prompts, shared_prompt_pass
+    from fspo_lite.models.prompt_cache import distinct_prompts, shared_prompt_pass
 
     model, tokenizer = tiny
     rows = [p for p in PROMPTS for _ in range(3)]
@@ -144,8 +144,8 @@ def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
 def test_real_model_samples_the_same_tokens():
     """SmolLM2-135M, knowledge-base prompts with the shared prompt start, sampled at the study's temperature."""
     from fspo_lite.config import Config
-    from fspo_lite.data import load_examples
-    from fspo_lite.prompts import prompt_text
+    from fspo_lite.data.examples import load_examples
+    from fspo_lite.data.prompts import prompt_text
 
     model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=False))
     prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]

@@ -1,4 +1,4 @@
-"""The detail term (fspo_lite.methods.detail) by hand, its padding guard, and its place in score_rollouts."""
+"""The detail term (fspo_lite.scoring.methods.detail) by hand, its padding guard, and its place in score_rollouts."""
 
 import math
 
@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from fspo_lite.config import Config
-from fspo_lite.data import QAExample
-from fspo_lite.methods.detail import DetailCounts, detail_bonus, detail_counts
-from fspo_lite.trainer import advantages_from_scores, score_rollouts
-from fspo_lite.rollout import Rollout, completion_mask_from_ids
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.methods.detail import DetailCounts, detail_bonus, detail_counts
+from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+from fspo_lite.rollout.transformers_rollout import Rollout, completion_mask_from_ids
 from fspo_lite.text import near_duplicate_flags as duplicate_flags
 from fspo_lite.text import sentence_words, word_jaccard
-from fspo_lite.verifiers import LexicalVerifier
+from fspo_lite.scoring.verifiers import LexicalVerifier
 
 EXAMPLE = QAExample("g", "What is the chemical symbol of gold?", ["Au"],
                     "Gold is a chemical element with the symbol Au and atomic number 79. Gold is a dense metal.")
@@ -116,7 +116,7 @@ def test_detail_term_needs_a_verifier(smol_tokenizer):
 
 # ---- the relevance term -----------------------------------------------------------------------------
 def test_relevance_bonus_and_prompt_by_hand():
-    from fspo_lite.methods.detail import relevance_bonus, relevance_messages
+    from fspo_lite.scoring.methods.detail import relevance_bonus, relevance_messages
 
     assert relevance_bonus(0.8, 0.5) == pytest.approx(0.4)
     assert relevance_bonus(None, 0.5) == 0.0 and relevance_bonus(1.0, 0.0) == 0.0
@@ -138,7 +138,7 @@ class _FakeJudge:
 
 
 def test_score_rollouts_adds_the_relevance_term(smol_tokenizer):
-    from fspo_lite.methods import RewardTools
+    from fspo_lite.scoring.methods import RewardTools
 
     rollout = _rollout(smol_tokenizer, TEXTS)
     config = Config()
@@ -160,7 +160,7 @@ def test_score_rollouts_adds_the_relevance_term(smol_tokenizer):
 
 def test_relevance_settings_are_checked():
     from fspo_lite.config import ConfigError, load_config
-    from fspo_lite.rewards import build_reward_tools
+    from fspo_lite.scoring.rewards import build_reward_tools
 
     with pytest.raises(ConfigError, match="detail.relevance_weight"):
         load_config(None, {"detail.relevance_weight": 0.5})

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from fspo_lite import algos
-from fspo_lite.distributed import combine_metrics, launch_problem, loss_normalisers, shard_bounds
+from fspo_lite.update.distributed import combine_metrics, launch_problem, loss_normalisers, shard_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -84,7 +84,7 @@ def _free_port() -> int:
 
 
 def _launch(args: list[str], timeout: int = 240) -> subprocess.CompletedProcess:
-    """`accelerate launch` of 2 CPU processes over gloo (see fspo_lite.distributed.CPU_LAUNCH)."""
+    """`accelerate launch` of 2 CPU processes over gloo (see fspo_lite.update.distributed.CPU_LAUNCH)."""
     env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE",
            "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -104,7 +104,7 @@ def _driver():
 
 def test_two_processes_match_one_process_and_the_cli_runs(tmp_path):
     """One launch of 2 processes: the fixed-batch driver (2 steps), then the real CLI (2 steps)."""
-    from fspo_lite.data import save_examples
+    from fspo_lite.data.examples import save_examples
 
     driver = _driver()
     save_examples(driver.EXAMPLES, tmp_path / "train.jsonl")

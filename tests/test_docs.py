@@ -60,7 +60,7 @@ def test_colab_install_cells_add_the_extras_the_notebooks_defaults_need():
     import papermill
 
     from fspo_lite.config import Config
-    from fspo_lite.notebook_tools import EXTRAS_KEY
+    from fspo_lite.drivers.notebook_tools import EXTRAS_KEY
 
     assert Config().evaluation.step_verifier == "embedding"
     needing = []
@@ -77,7 +77,7 @@ def test_colab_install_cells_add_the_extras_the_notebooks_defaults_need():
 
 
 def test_a_relative_filter_path_falls_back_to_the_wheel_copy(tmp_path, monkeypatch):
-    from fspo_lite import training_set as data
+    from fspo_lite.data import training_set as data
 
     wheel = tmp_path / "bundled_data"
     wheel.mkdir()

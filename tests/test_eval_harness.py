@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from fspo_lite.config import Config, load_config
-from fspo_lite.data import DataError, QAExample
+from fspo_lite.data.examples import DataError, QAExample
 from fspo_lite.evaluation import BENCHMARKS, evaluate, resolve
 from fspo_lite.evaluation import harness, metrics as M
 from fspo_lite.evaluation.benchmarks import halueval_items, load_items, truthfulqa_item
 from fspo_lite.evaluation.mc import QA_PRIMER, PrefixScorer, qa_context, score_choices_direct
-from fspo_lite.verifiers import LexicalVerifier
+from fspo_lite.scoring.verifiers import LexicalVerifier
 
 TINY = "configs/tiny.yaml"
 
@@ -285,7 +285,7 @@ def test_truthfulqa_sample_rebuilds_from_the_shared_file(tmp_path):
     from conftest import load_script, shared_file
 
     build_truthfulqa_sample = load_script("data_build").build_truthfulqa_sample
-    from fspo_lite.data import DATA_DIR
+    from fspo_lite.data.examples import DATA_DIR
 
     build_truthfulqa_sample(shared_file("truthfulqa.jsonl"), tmp_path)
     assert (tmp_path / "truthfulqa_sample.jsonl").read_bytes() == (DATA_DIR / "truthfulqa_sample.jsonl").read_bytes()

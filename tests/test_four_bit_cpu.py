@@ -16,11 +16,11 @@ pytest.importorskip("bitsandbytes", reason="model.load_in_4bit needs bitsandbyte
 
 import bitsandbytes as bnb  # noqa: E402
 
-from fspo_lite import trainer as trainer_module  # noqa: E402
+from fspo_lite.update import trainer as trainer_module  # noqa: E402
 from fspo_lite.config import load_config  # noqa: E402
-from fspo_lite.data import QAExample  # noqa: E402
-from fspo_lite.prompts import prompt_text  # noqa: E402
-from fspo_lite.training_log import read_metrics  # noqa: E402
+from fspo_lite.data.examples import QAExample  # noqa: E402
+from fspo_lite.data.prompts import prompt_text  # noqa: E402
+from fspo_lite.logs.training_log import read_metrics  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def test_four_bit_checkpoint_resumes_to_the_same_weights(run):
 def test_four_bit_layer_keeps_its_gradient_after_an_inference_pass():
     """bitsandbytes repacks a CPU Linear4bit for inference at its first no-grad forward (on AVX512-BF16 CPUs),
     after which no gradient reaches its input; fspo_lite keeps the trainable layout (keep_trainable_4bit_layout)."""
-    from fspo_lite.models import keep_trainable_4bit_layout
+    from fspo_lite.models.policy import keep_trainable_4bit_layout
 
     torch.manual_seed(0)
     layer = torch.nn.Sequential(bnb.nn.Linear4bit(64, 32, bias=False, compute_dtype=torch.float32, quant_type="nf4"))
@@ -152,7 +152,7 @@ def test_four_bit_base_model_evaluates_without_an_adapter(tmp_path):
     a 4-bit base still needs LoRA."""
     from fspo_lite.config import ModelConfig
     from fspo_lite.drivers.runs import evaluate_base, run_config
-    from fspo_lite.models import ModelLoadError, load_policy
+    from fspo_lite.models.policy import ModelLoadError, load_policy
 
     shared = {"model.name": "smollm2-135m", "model.load_in_4bit": True, "evaluation.benchmarks": ["kbqa"],
               "evaluation.limit": 1, "evaluation.samples": 1, "evaluation.max_new_tokens": 8,

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig
-from fspo_lite.models import (
+from fspo_lite.models.policy import (
     LARGE_MODEL_PARAMETERS,
     ModelLoadError,
     compute_dtype,
@@ -75,7 +75,7 @@ def test_cpu_path_never_imports_gpu_packages(tmp_path):
         (tmp_path / "poison" / name).mkdir(parents=True)
         (tmp_path / "poison" / name / "__init__.py").write_text(
             f"raise ImportError('{name} was imported on the CPU path')\n")
-    from fspo_lite.data import QAExample, save_examples
+    from fspo_lite.data.examples import QAExample, save_examples
 
     save_examples([QAExample("a", "What is the capital of France?", ["Paris"], "Paris is in France.")] * 2,
                   tmp_path / "train.jsonl")
@@ -104,7 +104,7 @@ def random_qwen_folder(path: Path, layers: int = 2, hidden: int = 256) -> Path:
     """A small random-weight Qwen2-architecture model saved with the SmolLM2 tokenizer (no download)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    from fspo_lite.models import load_tokenizer
+    from fspo_lite.models.policy import load_tokenizer
 
     tokenizer = load_tokenizer("tiny")
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=4 * hidden,
@@ -126,7 +126,7 @@ def gpu_config(tmp_path, model_dir, *overrides):
 
 
 def _examples():
-    from fspo_lite.data import QAExample
+    from fspo_lite.data.examples import QAExample
 
     return [QAExample(str(i), f"What is {i} plus {i}?", [str(2 * i)], f"{i} plus {i} is {2 * i}.") for i in range(4)]
 
@@ -134,7 +134,7 @@ def _examples():
 @pytest.mark.gpu
 def test_qlora_4bit_trains_on_gpu(tmp_path):
     pytest.importorskip("bitsandbytes", reason="the 'gpu' extra (bitsandbytes) is not installed")
-    from fspo_lite.trainer import Trainer
+    from fspo_lite.update.trainer import Trainer
 
     model_dir = random_qwen_folder(tmp_path / "model")
     trainer = Trainer(gpu_config(tmp_path, model_dir, "model.load_in_4bit=true"), train_examples=_examples(),
@@ -148,9 +148,9 @@ def test_qlora_4bit_trains_on_gpu(tmp_path):
 @pytest.mark.gpu
 def test_vllm_colocated_engine_on_gpu(tmp_path):
     pytest.importorskip("vllm", reason="the 'gpu' extra (vllm) is not installed")
-    from fspo_lite.distributed import Distributed
-    from fspo_lite.models import load_policy
-    from fspo_lite.engines import build_rollout_engine
+    from fspo_lite.update.distributed import Distributed
+    from fspo_lite.models.policy import load_policy
+    from fspo_lite.rollout.engines import build_rollout_engine
 
     model_dir = random_qwen_folder(tmp_path / "model")
     config = gpu_config(tmp_path, model_dir, "rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3",
@@ -168,7 +168,7 @@ def test_vllm_colocated_engine_on_gpu(tmp_path):
 @pytest.mark.gpu
 def test_unsloth_backend_on_gpu(tmp_path):
     pytest.importorskip("unsloth", reason="the 'gpu' extra (unsloth) is not installed")
-    from fspo_lite.trainer import Trainer
+    from fspo_lite.update.trainer import Trainer
 
     model_dir = random_qwen_folder(tmp_path / "model")
     config = gpu_config(tmp_path, model_dir, "model.backend=unsloth", "model.load_in_4bit=true", "model.lora_r=8")
@@ -193,7 +193,7 @@ def test_four_bit_without_a_working_bitsandbytes_fails_in_one_line(tmp_path, mon
     """Missing package, or a wheel that cannot run on this platform (it raises at import): one line naming the fix."""
     import importlib.util as util
 
-    from fspo_lite.models import require_bitsandbytes
+    from fspo_lite.models.policy import require_bitsandbytes
 
     real_find_spec = util.find_spec
     monkeypatch.setattr(util, "find_spec",

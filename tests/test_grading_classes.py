@@ -4,7 +4,7 @@ Math-Verify's own regression cases (tests/math_verify_cases.json, a pinned copy,
 Classes: thousands separators and implicit products ("1 000" is 1000, never 1*000), mixed numbers only for a
 literal \\frac (2(1/2) = 1), Greek case (\\Delta != \\delta), degrees inside trigonometric functions, currency
 signs as units (\\$5 != 5 cents), and \\boxed{} and other wrappers read the same by the training reward and the
-evaluation (one function, fspo_lite.grading.grade_response).
+evaluation (one function, fspo_lite.scoring.grading.grade_response).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fspo_lite.config import Config
-from fspo_lite.data import QAExample
+from fspo_lite.data.examples import QAExample
 from fspo_lite.evaluation import harness
-from fspo_lite.grading import final_answer, grade_response, math_answers_equal, outcome_reward
-from fspo_lite.grading.latex_tokens import GREEK
-from fspo_lite.grading.symbolic import default_checker
-from fspo_lite.verifiers import LexicalVerifier
+from fspo_lite.scoring.grading import final_answer, grade_response, math_answers_equal, outcome_reward
+from fspo_lite.scoring.grading.latex_tokens import GREEK
+from fspo_lite.scoring.grading.symbolic import default_checker
+from fspo_lite.scoring.verifiers import LexicalVerifier
 
 CASES = Path(__file__).with_name("math_verify_cases.json")
 
@@ -201,7 +201,7 @@ def test_math_verify_regression_cases(capsys, monkeypatch):
     """Graded as evaluation grades (grade_response, the default worker and its timeout). A check that ran out of
     time (the worker's timeout counts as "not equal") is graded again with a patient worker, so that a loaded
     machine does not change the verdict on the rules; how many needed it is printed."""
-    from fspo_lite.grading import symbolic
+    from fspo_lite.scoring.grading import symbolic
 
     document = json.loads(CASES.read_text(encoding="utf-8"))
     assert "MIT License" in document["licence"] and len(document["commit"]) == 40
@@ -261,7 +261,7 @@ def test_hostile_grading_benchmark_runs():
 def test_math_verify_runs_under_the_worker_alarm():
     """Math-Verify's own signal timeouts are off in the worker: the worker's alarm stops a slow comparison
     (no kill, no restart) and the worker answers the next request."""
-    from fspo_lite.grading.symbolic import SymbolicChecker
+    from fspo_lite.scoring.grading.symbolic import SymbolicChecker
 
     checker = SymbolicChecker(timeout=1.0)
     try:
@@ -277,7 +277,7 @@ def test_worker_guard_passes_numerals_only():
     """While Math-Verify runs, sympy's string parser takes a plain numeral and refuses any other text."""
     import importlib.util
 
-    from fspo_lite.grading.symbolic import WORKER_SCRIPT
+    from fspo_lite.scoring.grading.symbolic import WORKER_SCRIPT
 
     spec = importlib.util.spec_from_file_location("symbolic_worker_under_test", WORKER_SCRIPT)
     worker = importlib.util.module_from_spec(spec)

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo_lite import trainer as trainer_module
+from fspo_lite.update import trainer as trainer_module
 from fspo_lite.__main__ import main as cli_main
 from fspo_lite.config import (CHOICES, NUMBER_RANGES, Config, ConfigError, load_config, numeric_keys,
                               validate_config)
-from fspo_lite.data import DataError, load_examples, read_rows
+from fspo_lite.data.examples import DataError, load_examples, read_rows
 from fspo_lite.evaluation import harness as harness_module
 from fspo_lite.text import SEGMENTER_MARKERS, sentence_spans
 
@@ -218,11 +218,11 @@ def test_integers_beyond_float_and_beyond_the_digit_limit_are_one_line(override,
 
 
 def test_word_choices_match_the_modules_that_read_them():
-    from fspo_lite.engines import ROLLOUT_ENGINES
+    from fspo_lite.rollout.engines import ROLLOUT_ENGINES
     from fspo_lite.evaluation.judges import JUDGES
-    from fspo_lite.methods.caution import VARIANTS
-    from fspo_lite.methods.rlfh import GRANULARITIES
-    from fspo_lite.models import BACKENDS
+    from fspo_lite.scoring.methods.caution import VARIANTS
+    from fspo_lite.scoring.methods.rlfh import GRANULARITIES
+    from fspo_lite.models.policy import BACKENDS
 
     assert CHOICES["rollout.engine"] == ROLLOUT_ENGINES and CHOICES["evaluation.judge"] == JUDGES
     assert CHOICES["caution.variant"] == VARIANTS and CHOICES["rlfh.granularity"] == GRANULARITIES

@@ -6,17 +6,17 @@ import json
 import pytest
 import torch
 
-from fspo_lite.claims import RuleBasedClaimExtractor
+from fspo_lite.scoring.claims import RuleBasedClaimExtractor
 from fspo_lite.config import Config, KLCFConfig
-from fspo_lite.data import QAExample
-from fspo_lite.methods.klcf import (
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.methods.klcf import (
     CHECKLIST_KIND, SequenceClassifierRewardModel, build_checklist, checklist_recall, claim_overlap, claim_precision,
     dedupe_claims, klcf_reward, klcf_scores, load_checklists,
 )
-from fspo_lite.methods import RewardTools
-from fspo_lite.rollout import rollout_from_texts
-from fspo_lite.trainer import score_rollouts
-from fspo_lite.verifiers import LexicalVerifier, Verifier
+from fspo_lite.scoring.methods import RewardTools
+from fspo_lite.rollout.transformers_rollout import rollout_from_texts
+from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.scoring.verifiers import LexicalVerifier, Verifier
 
 EVIDENCE = "Gold is a chemical element with the symbol Au and atomic number 79. It is a soft metal."
 
@@ -126,7 +126,7 @@ def test_missing_checklist_is_a_clear_error(tmp_path):
 def test_sequence_classifier_reward_model_on_a_tiny_local_model(tmp_path, smol_tokenizer):
     from transformers import LlamaForSequenceClassification
 
-    from fspo_lite.models import tiny_model_config
+    from fspo_lite.models.policy import tiny_model_config
 
     torch.manual_seed(0)
     model = LlamaForSequenceClassification(tiny_model_config(len(smol_tokenizer), num_labels=1))

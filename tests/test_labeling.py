@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from fspo_lite.data import QAExample
-from fspo_lite.labeling import (LabelingSession, SentenceItem, highlight_html, items_from_responses, load_items,
+from fspo_lite.data.examples import QAExample
+from fspo_lite.data.labeling import (LabelingSession, SentenceItem, highlight_html, items_from_responses, load_items,
                                 save_items)
 
 RESPONSE = "<think>Gold has the symbol Au. Let me think. It was found on Mars.</think>\n<answer>Au</answer>"
@@ -78,7 +78,7 @@ def test_highlight_html_escapes_and_colours():
 
 
 def test_shown_path_is_relative_near_the_working_directory(tmp_path, monkeypatch):
-    from fspo_lite.labeling import shown_path
+    from fspo_lite.data.labeling import shown_path
 
     (tmp_path / "repo" / "notebooks").mkdir(parents=True)
     monkeypatch.chdir(tmp_path / "repo" / "notebooks")

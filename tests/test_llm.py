@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-from fspo_lite.llm import (LLMError, LocalChatModel, OpenAICompatibleChatModel, build_chat_model, parse_yes_no,
+from fspo_lite.scoring.llm import (LLMError, LocalChatModel, OpenAICompatibleChatModel, build_chat_model, parse_yes_no,
                            two_way_probability, yes_probability_from_logprobs)
 
 

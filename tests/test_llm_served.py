@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from fspo_lite.llm import (
+from fspo_lite.scoring.llm import (
     PARSED_REPLY_TOKENS,
     OpenAICompatibleChatModel,
     allowed_top_logprobs,

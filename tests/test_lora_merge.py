@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fspo_lite.config import load_config
-from fspo_lite.models import load_policy, merged_lora_weights
-from fspo_lite.rollout import TransformersRollout
+from fspo_lite.models.policy import load_policy, merged_lora_weights
+from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
 
 def _policy(*overrides):
@@ -82,7 +82,7 @@ def test_greedy_rollout_is_the_same_with_the_adapter_merged(policy):
 def test_layers_it_cannot_merge_keep_the_adapter_branch():
     from peft import LoraConfig, get_peft_model
 
-    from fspo_lite.models import load_model
+    from fspo_lite.models.policy import load_model
 
     dora = get_peft_model(load_model(load_config("configs/tiny.yaml").model),
                           LoraConfig(r=4, target_modules=["q_proj"], use_dora=True)).eval()

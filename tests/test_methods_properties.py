@@ -4,12 +4,12 @@ text (tags broken or repeated, empty, unicode with lone surrogates and control c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fspo_lite.claims import RuleBasedClaimExtractor
+from fspo_lite.scoring.claims import RuleBasedClaimExtractor
 from fspo_lite.config import RLFHConfig
-from fspo_lite.methods.caution import contains_answer
-from fspo_lite.methods.klcf import claim_overlap, dedupe_claims
-from fspo_lite.methods.rlfh import RuleBasedInformativeness, is_hedged, place_rewards
-from fspo_lite.methods.statements import extract_statements, response_sentences
+from fspo_lite.scoring.methods.caution import contains_answer
+from fspo_lite.scoring.methods.klcf import claim_overlap, dedupe_claims
+from fspo_lite.scoring.methods.rlfh import RuleBasedInformativeness, is_hedged, place_rewards
+from fspo_lite.scoring.methods.statements import extract_statements, response_sentences
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 PIECES = st.sampled_from(["<think>", "</think>", "<answer>", "</answer>", "Paris is the capital of France. ",

@@ -1,16 +1,16 @@
-"""The reward-method table (fspo_lite.methods.METHODS): one entry per source, each given only its config section,
+"""The reward-method table (fspo_lite.scoring.methods.METHODS): one entry per source, each given only its config section,
 one result type, and a new entry is all a new method needs to be trained with (and combined with the FSPO flip)."""
 
 import pytest
 import torch
 
 from fspo_lite.config import Config
-from fspo_lite.data import QAExample
-from fspo_lite.methods import METHODS, REWARD_METHODS, MethodResult, RewardMethod, no_tools
-from fspo_lite.rewards import parse_method
-from fspo_lite.rollout import rollout_from_texts
-from fspo_lite.trainer import score_rollouts
-from fspo_lite.verifiers import LexicalVerifier
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.methods import METHODS, REWARD_METHODS, MethodResult, RewardMethod, no_tools
+from fspo_lite.scoring.rewards import parse_method
+from fspo_lite.rollout.transformers_rollout import rollout_from_texts
+from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.scoring.verifiers import LexicalVerifier
 
 GOLD = QAExample("q", "What is the capital of France?", ["Paris"], "Paris is the capital of France.")
 TEXTS = ["Paris is the capital of France.</think>\n<answer>Paris</answer>",
@@ -70,8 +70,8 @@ def test_a_new_table_entry_trains_with_and_without_the_flip(smol_tokenizer, monk
 def test_a_table_entry_builds_its_own_tools(smol_tokenizer, monkeypatch):
     """What a method uses besides the verifier comes from its entry's `tools` builder (given the whole config and
     the caller's checklists): rewards.build_reward_tools names no method, so a new entry needs no edit there."""
-    from fspo_lite.methods import RewardTools
-    from fspo_lite.rewards import build_reward_tools
+    from fspo_lite.scoring.methods import RewardTools
+    from fspo_lite.scoring.rewards import build_reward_tools
 
     built = []
 

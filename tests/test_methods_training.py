@@ -11,13 +11,13 @@ import json
 import pytest
 import torch
 
-from fspo_lite import trainer as trainer_module
+from fspo_lite.update import trainer as trainer_module
 from fspo_lite.config import load_config
-from fspo_lite.data import QAExample
-from fspo_lite.methods.klcf import CHECKLIST_KIND
-from fspo_lite.rewards import MethodSpec, parse_method
-from fspo_lite.trainer import Trainer
-from fspo_lite.training_log import read_metrics
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.methods.klcf import CHECKLIST_KIND
+from fspo_lite.scoring.rewards import MethodSpec, parse_method
+from fspo_lite.update.trainer import Trainer
+from fspo_lite.logs.training_log import read_metrics
 
 EXAMPLES = [
     QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
@@ -100,7 +100,7 @@ def test_klcf_without_checklist_fails_before_training(tmp_path, tiny_policy):
 
 
 def test_claim_extractor_choices():
-    from fspo_lite.claims import LLMClaimExtractor, RuleBasedClaimExtractor, build_claim_extractor
+    from fspo_lite.scoring.claims import LLMClaimExtractor, RuleBasedClaimExtractor, build_claim_extractor
     from fspo_lite.config import VerifierConfig
 
     assert isinstance(build_claim_extractor("rules"), RuleBasedClaimExtractor)

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig
-from fspo_lite.logprobs import completion_logprobs, reference_context
-from fspo_lite.models import ModelLoadError, bundled_gguf_path, load_policy
+from fspo_lite.models.logprobs import completion_logprobs, reference_context
+from fspo_lite.models.policy import ModelLoadError, bundled_gguf_path, load_policy
 
 
 def test_bundled_gguf_is_found_without_importing_the_plugin():

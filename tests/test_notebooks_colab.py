@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite.notebook_tools import (
+from fspo_lite.drivers.notebook_tools import (
     PLACEHOLDER_OWNER,
     RepositoryError,
     colab_badge,
@@ -177,6 +177,6 @@ def test_strip_outputs_then_check_via_cli(tmp_path, capsys):
     assert strip_outputs(path) is True and strip_outputs(path) is False
     cleaned = json.loads(path.read_text())["cells"][3]
     assert cleaned["outputs"] == [] and cleaned["execution_count"] is None and cleaned["metadata"] == {}
-    result = subprocess.run([sys.executable, "-m", "fspo_lite.notebook_tools", "check", str(path)],
+    result = subprocess.run([sys.executable, "-m", "fspo_lite.drivers.notebook_tools", "check", str(path)],
                             capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stdout

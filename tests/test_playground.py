@@ -4,7 +4,7 @@ import pytest
 
 from fspo_lite.drivers import playground
 from fspo_lite.config import ConfigError
-from fspo_lite.data import QAExample
+from fspo_lite.data.examples import QAExample
 
 ITEM = playground.PlaygroundItem(
     QAExample("g", "What is the chemical symbol of gold?", ["Au"],
@@ -105,9 +105,9 @@ def test_detail_slider_gives_the_training_reward(smol_tokenizer):
     import math
 
     from fspo_lite.config import load_config
-    from fspo_lite.trainer import advantages_from_scores, score_rollouts
-    from fspo_lite.rollout import rollout_from_texts
-    from fspo_lite.verifiers import build_verifier
+    from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+    from fspo_lite.rollout.transformers_rollout import rollout_from_texts
+    from fspo_lite.scoring.verifiers import build_verifier
 
     settings = {"detail.weight": 0.3, "detail.precision_weight": 0.6}
     shown = playground.compute_playground(ITEM, smol_tokenizer, "fspo", settings)

@@ -1,15 +1,15 @@
-"""One pass per distinct prompt (fspo_lite.prompt_cache): grouping, and equality with the full pass
+"""One pass per distinct prompt (fspo_lite.models.prompt_cache): grouping, and equality with the full pass
 in log-probs, entropies, gradients, greedy rollouts and a whole training step."""
 
 import pytest
 import torch
 
 from fspo_lite.config import load_config
-from fspo_lite.logprobs import completion_logprobs
-from fspo_lite.models import load_policy
-from fspo_lite.prompt_cache import distinct_prompts, prompt_positions, shares_prompt_pass, uses_gradient_checkpointing
-from fspo_lite.rollout import TransformersRollout
-from fspo_lite.trainer import Trainer
+from fspo_lite.models.logprobs import completion_logprobs
+from fspo_lite.models.policy import load_policy
+from fspo_lite.models.prompt_cache import distinct_prompts, prompt_positions, shares_prompt_pass, uses_gradient_checkpointing
+from fspo_lite.rollout.transformers_rollout import TransformersRollout
+from fspo_lite.update.trainer import Trainer
 
 
 def test_distinct_prompts_groups_rows_in_order_of_first_appearance():
@@ -133,7 +133,7 @@ def test_gradient_checkpointing_turns_the_shared_pass_off(tmp_path):
 def test_engine_factory_leaves_the_shared_prefill_out_for_sharded_weights_and_unsloth(tmp_path, tiny_lora):
     from types import SimpleNamespace
 
-    from fspo_lite.engines import build_rollout_engine
+    from fspo_lite.rollout.engines import build_rollout_engine
 
     model, tokenizer = tiny_lora
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}"])
@@ -161,7 +161,7 @@ def test_shared_prompt_pass_rule(tiny_lora):
 
 
 # ---- the common prompt start, encoded once (rollout.share_prompt_prefix) ------------------------------------
-from fspo_lite.prompt_cache import common_prefix_length, shared_prefix_prefill  # noqa: E402
+from fspo_lite.models.prompt_cache import common_prefix_length, shared_prefix_prefill  # noqa: E402
 
 DEMO = ("You are a careful assistant. Think inside <think> </think>, then answer inside <answer> </answer>.\n"
         "Q: What is the capital of France?\nA: <think>France's capital is Paris.</think><answer>Paris</answer>\n")
@@ -230,8 +230,8 @@ def test_shared_prompt_start_is_encoded_once(tiny_lora):
 def test_real_model_answers_the_same_with_a_shared_prompt_start():
     """SmolLM2-135M on knowledge-base prompts (system prompt and demonstrations shared): the same greedy answers."""
     from fspo_lite.config import Config, ModelConfig
-    from fspo_lite.data import load_examples
-    from fspo_lite.prompts import prompt_text
+    from fspo_lite.data.examples import load_examples
+    from fspo_lite.data.prompts import prompt_text
 
     model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=False))
     prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]

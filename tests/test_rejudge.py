@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from fspo_lite.config import VerifierConfig
-from fspo_lite.data import load_examples
+from fspo_lite.data.examples import load_examples
 from fspo_lite.evaluation.rejudge import rejudge_runs
-from fspo_lite.verifiers import build_verifier
+from fspo_lite.scoring.verifiers import build_verifier
 
 
 def test_rejudge_adds_kb_labels_and_keeps_the_rest(tmp_path):

@@ -21,19 +21,19 @@ import torch
 
 from fspo_lite import algos
 from fspo_lite.drivers import filtering as filtering_module
-from fspo_lite import trainer as trainer_module
+from fspo_lite.update import trainer as trainer_module
 from fspo_lite.__main__ import main as cli_main
-from fspo_lite.checkpoint import CheckpointError, verify_checkpoint
+from fspo_lite.update.checkpoint import CheckpointError, verify_checkpoint
 from fspo_lite.config import ConfigError, load_config
-from fspo_lite.data import DataError, QAExample, load_examples
-from fspo_lite.distributed import loss_normalisers
-from fspo_lite.trainer import Trainer
-from fspo_lite.training_set import load_training_examples
+from fspo_lite.data.examples import DataError, QAExample, load_examples
+from fspo_lite.update.distributed import loss_normalisers
+from fspo_lite.update.trainer import Trainer
+from fspo_lite.data.training_set import load_training_examples
 
-from fspo_lite.grading import (
+from fspo_lite.scoring.grading import (
     TOO_LARGE, Quantity, is_malformed, math_answers_equal, quantities_equal, read_quantity,
 )
-from fspo_lite.grading.latex_math import ParseError, decimal_value, parse_math
+from fspo_lite.scoring.grading.latex_math import ParseError, decimal_value, parse_math
 from fspo_lite.text import mask_for_segmenter, sentence_spans
 from grading_pairs import EQUAL_PAIRS, UNEQUAL_PAIRS, labelled_pairs
 
@@ -68,9 +68,9 @@ def test_huge_numbers_are_graded_quickly_in_the_main_process():
     """Each call under 2 s (the old parser built 10**999999999: never returned)."""
     result = run_child(f"""
         import json, time
-        from fspo_lite.grading import math_answers_equal
-        from fspo_lite.grading import outcome_reward
-        from fspo_lite.data import QAExample
+        from fspo_lite.scoring.grading import math_answers_equal
+        from fspo_lite.scoring.grading import outcome_reward
+        from fspo_lite.data.examples import QAExample
         slowest, verdicts = 0.0, []
         for a, b in {HUGE_NUMBERS!r}:
             for x, y in ((a, b), (b, a)):
@@ -145,7 +145,7 @@ def test_masking_keeps_real_references_and_the_text_length():
 
 @pytest.fixture(scope="module")
 def warm_worker():
-    from fspo_lite.grading.symbolic import default_checker
+    from fspo_lite.scoring.grading.symbolic import default_checker
 
     assert default_checker().equivalent(["num", 1, 1], ["num", 1, 1]) is True
 

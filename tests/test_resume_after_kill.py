@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite.data import QAExample, save_examples
-from fspo_lite.training_log import read_metrics
+from fspo_lite.data.examples import QAExample, save_examples
+from fspo_lite.logs.training_log import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 5
@@ -114,7 +114,7 @@ def test_sigkill_after_checkpoint_then_resume_matches_uninterrupted_run(tmp_path
 @pytest.mark.parametrize("torn", ['{"step": 3, "loss": 0.', '\x00\x00'])
 def test_torn_last_line_is_dropped_on_resume(tmp_path, torn):
     """A run killed while appending a row leaves a torn line; readers skip it, resume removes it."""
-    from fspo_lite.training_log import MetricsLogger
+    from fspo_lite.logs.training_log import MetricsLogger
 
     logger = MetricsLogger(tmp_path)
     for step in (1, 2, 3):

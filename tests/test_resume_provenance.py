@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite.checkpoint import (CheckpointError, config_differences, latest_checkpoint, load_checkpoint,
+from fspo_lite.update.checkpoint import (CheckpointError, config_differences, latest_checkpoint, load_checkpoint,
                                   verify_checkpoint)
 from fspo_lite.config import load_config
-from fspo_lite.data import QAExample, save_examples
-from fspo_lite.models import load_policy
-from fspo_lite.training_log import read_metrics
-from fspo_lite.trainer import Trainer, TrainingError
+from fspo_lite.data.examples import QAExample, save_examples
+from fspo_lite.models.policy import load_policy
+from fspo_lite.logs.training_log import read_metrics
+from fspo_lite.update.trainer import Trainer, TrainingError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = [QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from fspo_lite.config import Config
-from fspo_lite.data import QAExample
-from fspo_lite.grading import outcome_reward
-from fspo_lite.trainer import score_rollouts
-from fspo_lite.rollout import Rollout, completion_mask_from_ids
-from fspo_lite.verdicts import response_views, sentence_mask, verify_sentences
-from fspo_lite.verifiers import LexicalVerifier
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.grading import outcome_reward
+from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.rollout.transformers_rollout import Rollout, completion_mask_from_ids
+from fspo_lite.scoring.verdicts import response_views, sentence_mask, verify_sentences
+from fspo_lite.scoring.verifiers import LexicalVerifier
 
 EXAMPLE = QAExample("g", "What is the chemical symbol of gold?", ["Au"],
                     "Gold is a chemical element with the symbol Au and atomic number 79.")

@@ -7,18 +7,18 @@ import pytest
 import torch
 
 from fspo_lite import algos
-from fspo_lite.claims import ClaimExtractor, RuleBasedClaimExtractor
+from fspo_lite.scoring.claims import ClaimExtractor, RuleBasedClaimExtractor
 from fspo_lite.config import Config, RLFHConfig
-from fspo_lite.data import QAExample
-from fspo_lite.methods.rlfh import (
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.methods.rlfh import (
     CORRECT, HEDGED_CORRECT, HEDGED_WRONG, VAGUE, WRONG, RuleBasedInformativeness, info_map, is_hedged,
     place_rewards, rlfh_feedback, sentence_info_reward, truth_label, truth_map, truth_reward,
 )
-from fspo_lite.methods.statements import Statement, response_sentences
-from fspo_lite.trainer import advantages_from_scores, score_rollouts
-from fspo_lite.rollout import rollout_from_texts
-from fspo_lite.verdicts import response_views
-from fspo_lite.verifiers import Verifier
+from fspo_lite.scoring.methods.statements import Statement, response_sentences
+from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+from fspo_lite.rollout.transformers_rollout import rollout_from_texts
+from fspo_lite.scoring.verdicts import response_views
+from fspo_lite.scoring.verifiers import Verifier
 
 V, I = truth_map(RLFHConfig()), info_map(RLFHConfig())
 

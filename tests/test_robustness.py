@@ -9,18 +9,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fspo_lite.align import char_to_token_index, spans_to_token_values, token_char_offsets
-from fspo_lite.claims import RuleBasedClaimExtractor, locate_claim
-from fspo_lite.data import QAExample
-from fspo_lite.grading import math_answers_equal, normalize_math_answer, outcome_reward, parse_plain_number
-from fspo_lite.grading.equivalence import is_malformed
-from fspo_lite.grading.latex_math import ParseError, parse_math
+from fspo_lite.scoring.align import char_to_token_index, spans_to_token_values, token_char_offsets
+from fspo_lite.scoring.claims import RuleBasedClaimExtractor, locate_claim
+from fspo_lite.data.examples import QAExample
+from fspo_lite.scoring.grading import math_answers_equal, normalize_math_answer, outcome_reward, parse_plain_number
+from fspo_lite.scoring.grading.equivalence import is_malformed
+from fspo_lite.scoring.grading.latex_math import ParseError, parse_math
 from fspo_lite.text import (
     extract_answer, hotpot_em_f1, is_unknown, normalize_answer, numbers_equal, parse_number, parse_response,
     sentence_spans,
 )
-from fspo_lite.verdicts import verify_sentences
-from fspo_lite.verifiers import LexicalVerifier
+from fspo_lite.scoring.verdicts import verify_sentences
+from fspo_lite.scoring.verifiers import LexicalVerifier
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

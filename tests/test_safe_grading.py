@@ -1,6 +1,6 @@
 """Safe math grading: symbolic equivalence without evaluating model output in this process.
 
-The symbolic check runs in a sandboxed worker process (fspo_lite.grading.symbolic); these tests prove
+The symbolic check runs in a sandboxed worker process (fspo_lite.scoring.grading.symbolic); these tests prove
 that hostile answers execute nothing (a sentinel file and tripwires on eval/exec/compile and on
 sympy's string parsers) and that every call returns within 2 seconds once the worker is up.
 """
@@ -17,8 +17,8 @@ import time
 import pytest
 
 from fspo_lite import math_answers_equal
-from fspo_lite.grading.latex_math import MAX_DEPTH, ParseError, digits_bound, parse_math, tokenize
-from fspo_lite.grading.symbolic import WORKER_SCRIPT, SymbolicChecker, default_checker
+from fspo_lite.scoring.grading.latex_math import MAX_DEPTH, ParseError, digits_bound, parse_math, tokenize
+from fspo_lite.scoring.grading.symbolic import WORKER_SCRIPT, SymbolicChecker, default_checker
 from hostile_math import hostile_answers
 
 
@@ -202,7 +202,7 @@ def test_worker_rejects_trees_outside_the_table():
 
 
 def test_worker_that_cannot_start_disables_symbolic_checks(tmp_path, monkeypatch, capsys):
-    import fspo_lite.grading.symbolic as symbolic
+    import fspo_lite.scoring.grading.symbolic as symbolic
 
     broken = tmp_path / "worker.py"
     broken.write_text("import sys\nsys.exit(3)\n")  # what a missing sympy looks like from outside

@@ -23,7 +23,7 @@ def test_lite_set_rejects_unknown_keys():
 def test_fsdp_compute_dtype_rule():
     import torch
 
-    from fspo_lite.fsdp import compute_dtype_for
+    from fspo_lite.update.fsdp import compute_dtype_for
 
     assert compute_dtype_for(torch.device("cpu"), torch.float32) is None  # CPUs compute in the weights' float32
     assert compute_dtype_for(torch.device("cpu"), torch.bfloat16) is None
@@ -32,7 +32,7 @@ def test_fsdp_compute_dtype_rule():
 def test_fsdp_refuses_a_4bit_base_in_one_line():
     import torch
 
-    from fspo_lite.fsdp import shard_model
+    from fspo_lite.update.fsdp import shard_model
 
     model = torch.nn.Linear(2, 2)
     model.weight = torch.nn.Parameter(torch.zeros(2, 2, dtype=torch.uint8), requires_grad=False)
@@ -46,7 +46,7 @@ def test_accelerate_sharding_is_refused_with_the_torchrun_command():
 
     from accelerate.utils import DistributedType
 
-    from fspo_lite.distributed import Distributed
+    from fspo_lite.update.distributed import Distributed
 
     accelerator = SimpleNamespace(num_processes=1, process_index=0, is_main_process=True, device="cpu",
                                   distributed_type=DistributedType.FSDP, state=SimpleNamespace())

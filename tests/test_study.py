@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fspo_lite import models
-from fspo_lite import trainer as trainer_module
+from fspo_lite.models import policy as models
+from fspo_lite.update import trainer as trainer_module
 from fspo_lite.__main__ import _portable_argument
-from fspo_lite.data import DATA_DIR, load_examples, portable_spec
+from fspo_lite.data.examples import DATA_DIR, load_examples, portable_spec
 from fspo_lite.config import Config
 from fspo_lite.drivers.experiment import ROOT, load_profile, local_sources, override_parameters
 from fspo_lite.drivers.runs import changed_settings, evaluate_base, run_config, run_key, train_and_evaluate

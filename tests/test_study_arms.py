@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from fspo_lite.config import validate_config
-from fspo_lite.data import load_examples
+from fspo_lite.data.examples import load_examples
 from fspo_lite.drivers.experiment import load_profile
 from fspo_lite.drivers.runs import run_config, run_key
 

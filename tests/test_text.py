@@ -2,7 +2,7 @@
 
 import pytest
 
-from fspo_lite.grading import math_answers_equal
+from fspo_lite.scoring.grading import math_answers_equal
 from fspo_lite.text import (
     extract_answer, hotpot_em_f1, is_unknown, normalize_answer, numbers_equal, parse_number, parse_response,
     sentence_spans,

@@ -13,13 +13,13 @@ import shutil
 import pytest
 import torch
 
-from fspo_lite import trainer as trainer_module
-from fspo_lite.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
+from fspo_lite.update import trainer as trainer_module
+from fspo_lite.update.checkpoint import CheckpointError, latest_checkpoint, verify_checkpoint
 from fspo_lite.config import load_config
-from fspo_lite.data import QAExample
-from fspo_lite.trainer import Trainer, TrainingError
-from fspo_lite.training_log import read_metrics
-from fspo_lite.training_set import ExampleSampler
+from fspo_lite.data.examples import QAExample
+from fspo_lite.update.trainer import Trainer, TrainingError
+from fspo_lite.logs.training_log import read_metrics
+from fspo_lite.data.training_set import ExampleSampler
 
 EXAMPLES = [
     QAExample("a", "What is the capital of France?", ["Paris"], "Paris is the capital of France."),
@@ -215,7 +215,7 @@ def test_sampler_reshuffles_each_epoch_and_restores():
 def _ragged_rollout(tokenizer, prompts, lengths, width, seed=0):
     """A rollout of len(lengths) completions, row i with lengths[i] real tokens (the last one EOS) right-padded to
     `width`: the shape the engine returns when the rollout's longest answer is longer than a micro-batch's."""
-    from fspo_lite.rollout import Rollout
+    from fspo_lite.rollout.transformers_rollout import Rollout
 
     generator = torch.Generator().manual_seed(seed)
     encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -268,7 +268,7 @@ def test_update_leaves_padding_columns_out_and_changes_nothing(tmp_path, tiny_po
 
 
 def test_micro_batches_by_hand():
-    from fspo_lite.logprobs import micro_batches
+    from fspo_lite.models.logprobs import micro_batches
 
     lengths = torch.tensor([3, 5, 2, 5, 0, 7])
     grouped = micro_batches(lengths, width=9, size=4)

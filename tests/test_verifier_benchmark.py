@@ -6,9 +6,9 @@ import math
 import pytest
 
 from fspo_lite.__main__ import main
-from fspo_lite.verifiers import LexicalVerifier
-from fspo_lite.verifiers.base import Verifier
-from fspo_lite.verifiers.benchmark import (GOLD_SET, HALUEVAL_SAMPLE, ClaimItem, ShortClaimBaseline, evaluate,
+from fspo_lite.scoring.verifiers import LexicalVerifier
+from fspo_lite.scoring.verifiers.base import Verifier
+from fspo_lite.scoring.verifiers.benchmark import (GOLD_SET, HALUEVAL_SAMPLE, ClaimItem, ShortClaimBaseline, evaluate,
                                           halueval_claim, load_gold, load_halueval, results_table, run_benchmark)
 
 
@@ -60,7 +60,7 @@ def test_bundled_halueval_sample_loads():
 
 
 def test_gold_set_is_complete_and_labeled():
-    from fspo_lite.labeling import load_items
+    from fspo_lite.data.labeling import load_items
 
     gold = load_items(GOLD_SET)
     assert len(gold) >= 150

@@ -10,13 +10,13 @@ import textwrap
 import pytest
 
 from fspo_lite.config import VerifierConfig
-from fspo_lite.models import ModelLoadError
-from fspo_lite.verifiers import (VERIFIERS, CrossEncoderVerifier, EmbeddingVerifier, HHEMVerifier, LexicalVerifier,
+from fspo_lite.models.policy import ModelLoadError
+from fspo_lite.scoring.verifiers import (VERIFIERS, CrossEncoderVerifier, EmbeddingVerifier, HHEMVerifier, LexicalVerifier,
                                  LLMJudgeVerifier, build_verifier)
-from fspo_lite.verifiers.base import Verifier
-from fspo_lite.verifiers.embedding import bundled_minilm_path, similarity_to_probability
-from fspo_lite.verifiers.llm_judge import JUDGE_PROMPT, judge_messages
-from fspo_lite.verifiers.nli import support_label_index
+from fspo_lite.scoring.verifiers.base import Verifier
+from fspo_lite.scoring.verifiers.embedding import bundled_minilm_path, similarity_to_probability
+from fspo_lite.scoring.verifiers.llm_judge import JUDGE_PROMPT, judge_messages
+from fspo_lite.scoring.verifiers.nli import support_label_index
 
 EVIDENCE = ("Gold is a chemical element with the symbol Au and atomic number 79. It is a dense, soft metal. "
             "Paris is the capital of France.")
@@ -222,7 +222,7 @@ def test_llm_judge_contract_and_prompt():
 
 
 def test_llm_judge_on_the_tiny_local_model(tiny_policy):
-    from fspo_lite.llm import LocalChatModel
+    from fspo_lite.scoring.llm import LocalChatModel
 
     model, tokenizer = tiny_policy
     was_training = model.training
@@ -235,7 +235,7 @@ def test_llm_judge_on_the_tiny_local_model(tiny_policy):
 def test_mean_gain_by_hand():
     import torch
 
-    from fspo_lite.verifiers.likelihood import mean_gain
+    from fspo_lite.scoring.verifiers.likelihood import mean_gain
 
     with_evidence = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5]])
     without = torch.tensor([[-3.0, -2.5, -1.0], [-1.0, -1.0, -1.0]])
@@ -244,7 +244,7 @@ def test_mean_gain_by_hand():
 
 
 def test_likelihood_gains_are_the_same_with_a_shared_evidence_pass(tiny_policy):
-    from fspo_lite.verifiers import LikelihoodVerifier
+    from fspo_lite.scoring.verifiers import LikelihoodVerifier
 
     model, tokenizer = tiny_policy
     evidence = [EVIDENCE, EVIDENCE, "Gold has the symbol Au.", EVIDENCE]  # repeats, and one of another length
@@ -257,7 +257,7 @@ def test_likelihood_gains_are_the_same_with_a_shared_evidence_pass(tiny_policy):
 def test_likelihood_scores_a_sentence_repeated_with_the_same_evidence_once(tiny_policy):
     """Four sampled answers to one question often share a sentence: each (evidence, sentence) pair runs once, and
     every row asking for it gets the reference gain; the same sentence with other evidence is scored again."""
-    from fspo_lite.verifiers import LikelihoodVerifier
+    from fspo_lite.scoring.verifiers import LikelihoodVerifier
 
     model, tokenizer = tiny_policy
     other = "Gold has the symbol Au."
@@ -284,7 +284,7 @@ def test_likelihood_scores_a_sentence_repeated_with_the_same_evidence_once(tiny_
 def test_evidence_states_keep_the_most_recently_used_within_their_bytes():
     import torch
 
-    from fspo_lite.verifiers.likelihood import EvidenceStates
+    from fspo_lite.scoring.verifiers.likelihood import EvidenceStates
 
     def entry(floats):  # one layer's keys and values of `floats` float32 each, and a 2-float next-token row
         return [(torch.zeros(floats), torch.zeros(floats))], torch.zeros(2)
@@ -306,7 +306,7 @@ def test_evidence_states_keep_the_most_recently_used_within_their_bytes():
 
 
 def test_likelihood_keeps_each_evidence_state_between_calls(tiny_policy):
-    from fspo_lite.verifiers import LikelihoodVerifier
+    from fspo_lite.scoring.verifiers import LikelihoodVerifier
 
     model, tokenizer = tiny_policy
     was_training = model.training
@@ -325,15 +325,15 @@ def test_likelihood_keeps_each_evidence_state_between_calls(tiny_policy):
 
 
 def test_a_judge_loaded_by_name_is_loaded_once_per_process(monkeypatch, tiny_policy):
-    import fspo_lite.models
-    from fspo_lite.verifiers import LikelihoodVerifier
-    from fspo_lite.verifiers import likelihood
+    import fspo_lite.models.policy
+    from fspo_lite.scoring.verifiers import LikelihoodVerifier
+    from fspo_lite.scoring.verifiers import likelihood
 
     model, tokenizer = tiny_policy
     loads = []
     monkeypatch.setattr(likelihood, "_SHARED", {})
-    monkeypatch.setattr(fspo_lite.models, "load_model", lambda config: loads.append(config.name) or model)
-    monkeypatch.setattr(fspo_lite.models, "load_tokenizer", lambda name: tokenizer)
+    monkeypatch.setattr(fspo_lite.models.policy, "load_model", lambda config: loads.append(config.name) or model)
+    monkeypatch.setattr(fspo_lite.models.policy, "load_tokenizer", lambda name: tokenizer)
     was_training = model.training
     first, second = LikelihoodVerifier(name="judge-a", device="cpu"), LikelihoodVerifier(name="judge-a", device="cpu")
     third = LikelihoodVerifier(name="judge-b", device="cpu")
@@ -343,7 +343,7 @@ def test_a_judge_loaded_by_name_is_loaded_once_per_process(monkeypatch, tiny_pol
 
 
 def test_likelihood_contract_on_the_tiny_model(tiny_policy):
-    from fspo_lite.verifiers import LikelihoodVerifier
+    from fspo_lite.scoring.verifiers import LikelihoodVerifier
 
     model, tokenizer = tiny_policy
     was_training = model.training

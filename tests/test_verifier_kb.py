@@ -1,15 +1,15 @@
-"""The knowledge-base verifier (fspo_lite/verifiers/kb.py): evidence parsing, number words, and hand-made sentences,
+"""The knowledge-base verifier (fspo_lite/scoring/verifiers/kb.py): evidence parsing, number words, and hand-made sentences,
 adversarial ones included."""
 
 from __future__ import annotations
 
 import pytest
 
-from fspo_lite.data import load_examples
-from fspo_lite.verifiers import build_verifier
+from fspo_lite.data.examples import load_examples
+from fspo_lite.scoring.verifiers import build_verifier
 from fspo_lite.config import VerifierConfig
-from fspo_lite.verifiers.kb import KBVerifier, check_claims
-from fspo_lite.verifiers.kb_facts import parse_evidence, question_attribute, tokens, words_to_numbers
+from fspo_lite.scoring.verifiers.kb import KBVerifier, check_claims
+from fspo_lite.scoring.verifiers.kb_facts import parse_evidence, question_attribute, tokens, words_to_numbers
 
 CHAD = ("Chad is a United Nations member state that the UN geoscheme places in Africa. The capital of Chad is "
         "N'Djamena. Its ISO 3166-1 country codes are TD (alpha-2) and TCD (alpha-3). Its official name is the "

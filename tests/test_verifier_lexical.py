@@ -2,7 +2,7 @@
 
 import pytest
 
-from fspo_lite.verifiers import LexicalVerifier, build_verifier, labels_from_scores
+from fspo_lite.scoring.verifiers import LexicalVerifier, build_verifier, labels_from_scores
 from fspo_lite.config import VerifierConfig
 
 EVIDENCE = ("Gold is a chemical element with the symbol Au and atomic number 79. "

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from fspo_lite.verifiers.quality import (accuracy, agreement_matrix, auroc, balanced_accuracy, best_threshold,
+from fspo_lite.scoring.verifiers.quality import (accuracy, agreement_matrix, auroc, balanced_accuracy, best_threshold,
                                          cohen_kappa, fit_logistic_1d, predict, ranks)
 
 

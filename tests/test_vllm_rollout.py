@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from fspo_lite.config import load_config
-from fspo_lite.engines import build_rollout_engine
-from fspo_lite.vllm_rollout import (
+from fspo_lite.rollout.engines import build_rollout_engine
+from fspo_lite.rollout.vllm_rollout import (
     AdapterVersions,
     VLLMRollout,
     adapter_name,
@@ -32,7 +32,7 @@ from fspo_lite.vllm_rollout import (
     vllm_option_problems,
     vllm_platform,
 )
-from fspo_lite.vllm_server import VLLMServerRollout, answer_from_body, stale_adapters
+from fspo_lite.rollout.vllm_server import VLLMServerRollout, answer_from_body, stale_adapters
 
 
 @dataclass
@@ -229,7 +229,7 @@ def _config(tmp_path, *overrides):
 
 
 def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
-    from fspo_lite.distributed import Distributed
+    from fspo_lite.update.distributed import Distributed
 
     model, tokenizer = tiny_policy
     dist = Distributed()
@@ -254,9 +254,9 @@ def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
 
 
 def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
-    from fspo_lite import vllm_rollout
-    from fspo_lite.engines import check_rollout_engine
-    from fspo_lite.models import ModelLoadError
+    from fspo_lite.rollout import vllm_rollout
+    from fspo_lite.rollout.engines import check_rollout_engine
+    from fspo_lite.models.policy import ModelLoadError
 
     colocated = _config(tmp_path, "rollout.engine=vllm")
     check_rollout_engine(_config(tmp_path))  # transformers: nothing to check
@@ -387,8 +387,8 @@ def test_server_engine_errors_are_one_line(tmp_path, tiny_policy, fake_server):
 def test_trainer_uses_sampler_logprobs_as_pi_old(tmp_path, tiny_policy, monkeypatch):
     """With mu = 1 and sampler log-probs far below the policy's, the ratio is large and gets clipped;
     without them the ratio is exactly 1 and nothing is clipped."""
-    from fspo_lite import trainer as trainer_module
-    from fspo_lite.data import QAExample
+    from fspo_lite.update import trainer as trainer_module
+    from fspo_lite.data.examples import QAExample
 
     real = trainer_module.score_rollouts
 

@@ -21,14 +21,14 @@ import random
 from pathlib import Path
 from typing import Sequence
 
-from ..labeling import LABEL_VALUES, SentenceItem, load_items, save_items
-from .report.study import judge_labels
+from fspo_lite.data.labeling import LABEL_VALUES, SentenceItem, load_items, save_items
+from fspo_lite.drivers.report.study import judge_labels
 
 
 def collect_sentences(runs_dir: str | Path, methods: Sequence[str], qa: str = "kbqa") -> dict[str, list[dict]]:
     """Per method, every held-out reasoning sentence of its runs (<runs_dir>/<run>/heldout.json names the method;
     eval/records.jsonl holds the responses and the sentence spans the harness judged), with the judges' labels."""
-    from ..text import reasoning_sentences
+    from fspo_lite.text import reasoning_sentences
 
     pools: dict[str, list[dict]] = {m: [] for m in methods}
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):
@@ -91,7 +91,7 @@ def score_audit(items: Sequence[SentenceItem], key: dict, methods: Sequence[str]
     sentences. Every item must be labeled."""
     import numpy as np
 
-    from .. import stats
+    from fspo_lite import stats
 
     unlabeled = [item.id for item in items if item.label is None]
     if unlabeled:
@@ -155,7 +155,7 @@ def audit_markdown(result: dict) -> str:
 def _examples(runs_dir: str | Path, data: str | None, qa: str) -> dict:
     """Question id -> QAExample of the data the runs were evaluated on (--data, else the source recorded in a run's
     eval/summary.json)."""
-    from ..evaluation.benchmarks import load_items as load_benchmark
+    from fspo_lite.evaluation.benchmarks import load_items as load_benchmark
 
     if data is None:
         for summary in sorted(Path(runs_dir).glob("*/eval/summary.json")):

@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from ..checkpoint import write_text_atomic
-from ..data import QAExample, load_mixture, portable_spec
-from ..grading import outcome_reward
-from ..prompts import prompt_text
+from fspo_lite.data.examples import QAExample, load_mixture, portable_spec
+from fspo_lite.data.prompts import prompt_text
+from fspo_lite.scoring.grading import outcome_reward
+from fspo_lite.update.checkpoint import write_text_atomic
 
 
 @dataclass
@@ -134,8 +134,8 @@ def probe(cache: QuestionCache, engine, tokenizer, examples: Sequence[QAExample]
 
 def base_engine(config, progress: bool = False):
     """(engine, tokenizer) sampling from the base model of a config (no LoRA adapter is trained here)."""
-    from ..models import load_model, load_tokenizer
-    from ..rollout import TransformersRollout
+    from fspo_lite.models.policy import load_model, load_tokenizer
+    from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
     torch.manual_seed(config.train.seed)
     tokenizer = load_tokenizer(config.model.name, config.model.trust_remote_code)

@@ -2,7 +2,7 @@
 
 For every training question: sample the base model k times, extract the claims of each answer,
 verify them against the question's evidence with the configured verifier, keep the supported
-ones and de-duplicate them (fspo_lite.methods.klcf.build_checklist). The file caches every
+ones and de-duplicate them (fspo_lite.scoring.methods.klcf.build_checklist). The file caches every
 question's checklist (and the sampled responses, for inspection), so reruns cost nothing and
 an interrupted build resumes; point klcf.checklist_path at it to train with reward.method=klcf.
 """
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..claims import build_claim_extractor
-from ..methods.klcf import CHECKLIST_KIND, build_checklist
-from .base_samples import QuestionCache, base_engine, for_each_uncached, probe_settings, training_questions
-from ..verifiers import build_verifier
+from fspo_lite.drivers.base_samples import (QuestionCache, base_engine, for_each_uncached, probe_settings,
+                                            training_questions)
+from fspo_lite.scoring.claims import build_claim_extractor
+from fspo_lite.scoring.methods.klcf import CHECKLIST_KIND, build_checklist
+from fspo_lite.scoring.verifiers import build_verifier
 
 
 def build_checklist_file(config, samples: int | None = None, output: str | None = None, progress: bool = True,

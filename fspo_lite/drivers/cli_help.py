@@ -89,7 +89,7 @@ def document(parser: argparse.ArgumentParser, prog: str, path: str = "") -> None
 def parse_documented(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """`parser` (the program's, all commands added) given --version and its help (`document`), then the parsed
     `argv`."""
-    from .. import __version__
+    from fspo_lite import __version__
 
     parser.add_argument("--version", action="version", version=f"fspo-lite {__version__}")
     document(parser, parser.prog)

@@ -23,11 +23,11 @@ from typing import Any
 
 import yaml
 
-from ..config import ConfigError, load_config
-from ..data_files import data_dir
-from ..evaluation.benchmarks import BENCHMARKS
-from ..rewards import REWARD_METHODS
-from .report.render import write_summary
+from fspo_lite.config import ConfigError, load_config
+from fspo_lite.data.files import data_dir
+from fspo_lite.drivers.report.render import write_summary
+from fspo_lite.evaluation.benchmarks import BENCHMARKS
+from fspo_lite.scoring.rewards import REWARD_METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE_DIR = ROOT / "configs" / "lite"

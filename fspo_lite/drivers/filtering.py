@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .base_samples import QuestionCache, QuestionStats, base_engine, probe, probe_settings, training_questions
+from fspo_lite.drivers.base_samples import (QuestionCache, QuestionStats, base_engine, probe, probe_settings,
+                                            training_questions)
 
 FILTER_KIND = "difficulty-filter"
 

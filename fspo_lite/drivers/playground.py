@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..claims import build_claim_extractor
-from ..config import Config, apply_overrides
-from ..data import DATA_DIR, QAExample
-from ..methods.klcf import build_checklist
-from .base_samples import base_engine, sample_texts
-from ..rewards import build_reward_tools, parse_method
-from ..rollout import rollout_from_texts
-from ..trainer import advantages_from_scores, score_rollouts
-from ..verifiers import build_verifier
+from fspo_lite.config import Config, apply_overrides
+from fspo_lite.data.examples import DATA_DIR, QAExample
+from fspo_lite.drivers.base_samples import base_engine, sample_texts
+from fspo_lite.rollout.transformers_rollout import rollout_from_texts
+from fspo_lite.scoring.claims import build_claim_extractor
+from fspo_lite.scoring.methods.klcf import build_checklist
+from fspo_lite.scoring.rewards import build_reward_tools, parse_method
+from fspo_lite.scoring.verifiers import build_verifier
+from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
 
 PLAYGROUND_FILE = DATA_DIR / "playground_examples.jsonl"
 

@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..data import portable_spec
-from .base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
+from fspo_lite.data.examples import portable_spec
+from fspo_lite.drivers.base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
 
 FORMAT = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
 BUILTIN_PROMPTS = {  # from cautious to bold

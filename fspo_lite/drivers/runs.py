@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..config import Config, apply_overrides, load_config
+from fspo_lite.config import Config, apply_overrides, load_config
 
 
 # ---- notebook 03: train and evaluate --------------------------------------------------------
@@ -55,7 +55,7 @@ def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress
     config.evaluation's benchmarks, into `<run_dir>/eval/`; write `<run_dir>/heldout.json` with `info`
     (method, seed, ...), every benchmark metric as 'benchmark.metric', and the judge's coverage on the
     short-QA benchmarks (share of reasoning sentences it could check). Returns that record."""
-    from ..evaluation import evaluate
+    from fspo_lite.evaluation import evaluate
 
     run_dir = Path(run_dir)
     config = apply_overrides(load_config(None, config.to_dict()), {"evaluation.output_dir": str(run_dir / "eval")})
@@ -101,7 +101,7 @@ def run_key(config: Config, examples: list | None = None, sections: tuple[str, .
     training questions (a filter file rewritten with other kept ids changes it). A setting added later at its
     default keeps the keys of finished runs. Code changes, defaults included, are not in it: after one, delete
     the runs to redo them."""
-    from .base_samples import settings_key
+    from fspo_lite.drivers.base_samples import settings_key
 
     settings = config.to_dict()
     for section, key in (("train", "output_dir"), ("train", "resume"), ("train", "save_every"),
@@ -129,7 +129,7 @@ def prepare_run_dir(run_dir: str | Path, key: str) -> str:
     """Make a run folder ready to (re)train: 'resume' when it holds a checkpoint of a run with settings `key`;
     otherwise 'new', after removing what a run with other settings (or an unknown one) left there, and the logs
     of an attempt cut off before its first checkpoint (they would be appended to). Writes RUN_SETTINGS."""
-    from ..checkpoint import latest_checkpoint
+    from fspo_lite.update.checkpoint import latest_checkpoint
 
     run_dir = Path(run_dir)
     marker = run_dir / RUN_SETTINGS
@@ -153,7 +153,7 @@ def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) 
     (run_key over BASE_SECTIONS), else evaluated now (the model loaded without an adapter)."""
     import dataclasses
 
-    from ..models import load_policy
+    from fspo_lite.models.policy import load_policy
 
     key = run_key(config, sections=BASE_SECTIONS)
     run_dir = Path(runs_dir) / "base"
@@ -175,7 +175,7 @@ def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir:
     every train.save_every steps), one made with other settings starts over. `method` is the arm's name (a
     reward.method, or a name defined in `arms`: `arm_overrides`). Returns the held-out record plus
     `status` (trained | resumed | skipped), `last_reward` and `minutes`."""
-    from ..trainer import Trainer
+    from fspo_lite.update.trainer import Trainer
 
     config = run_config(shared, method, seed, runs_dir, config_path, arms)
     key = run_key(config, examples)

@@ -5,7 +5,7 @@
     result.table                       # tidy pandas table: benchmark, metric, value, n, by
 """
 
-from .benchmarks import BENCHMARKS, offline_available, resolve
-from .harness import EvalResult, evaluate, load_eval_model
+from fspo_lite.evaluation.benchmarks import BENCHMARKS, offline_available, resolve
+from fspo_lite.evaluation.harness import EvalResult, evaluate, load_eval_model
 
 __all__ = ["BENCHMARKS", "EvalResult", "evaluate", "load_eval_model", "offline_available", "resolve"]

@@ -1,7 +1,7 @@
 """Benchmark registry and loaders: where each benchmark's data comes from and what one item is.
 
 Each benchmark has up to three default sources, tried in order: its file in the data folder (the full
-release, put there by `python -m fspo_lite data prepare`, see `fspo_lite.data_files`), the project's bundled
+release, put there by `python -m fspo_lite data prepare`, see `fspo_lite.data.files`), the project's bundled
 data (a sample for TruthfulQA and HaluEval-QA), then a hub id (needs network and `datasets`). Any of them is
 replaced by `evaluation.sources.<name>`: a bundled name, a local file, `data:<name>` or `hf:<id>`.
 """
@@ -12,8 +12,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data import DataError, QAExample, load_examples, read_rows
-from ..data_files import data_dir
+from fspo_lite.data.examples import DataError, QAExample, load_examples, read_rows
+from fspo_lite.data.files import data_dir
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Benchmark:
     truthfulqa_mc | truthfulqa_gen | halueval | halluqa."""
     bundled: str | None = None
     file: str | None = None
-    """Its file in the data folder (`fspo_lite.data_files.DATA_FILES`)."""
+    """Its file in the data folder (`fspo_lite.data.files.DATA_FILES`)."""
     hub: str | None = None
     description: str = ""
 

@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 
-from ..config import ConfigError
-from ..prompts import prompt_text, render_prompt
-from ..grading import grade_response, outcome_reward
-from ..verdicts import step_factuality, verify_sentences
-from ..text import NEAR_DUPLICATE_JACCARD, near_duplicate_count
-from . import metrics as M
-from .benchmarks import BENCHMARKS, load_items, resolve
-from .judges import build_judge
-from .mc import QA_PRIMER, PrefixScorer, qa_context
+from fspo_lite.config import ConfigError
+from fspo_lite.data.prompts import prompt_text, render_prompt
+from fspo_lite.evaluation import metrics as M
+from fspo_lite.evaluation.benchmarks import BENCHMARKS, load_items, resolve
+from fspo_lite.evaluation.judges import build_judge
+from fspo_lite.evaluation.mc import QA_PRIMER, PrefixScorer, qa_context
+from fspo_lite.scoring.grading import grade_response, outcome_reward
+from fspo_lite.scoring.verdicts import step_factuality, verify_sentences
+from fspo_lite.text import NEAR_DUPLICATE_JACCARD, near_duplicate_count
 
 HALUEVAL_SYSTEM = ("You check answers for hallucination. A hallucinated answer states something false, unsupported "
                    "or not asked for. Reply with one word: Yes or No.")
@@ -61,7 +61,7 @@ class _Context:
     """What the benchmark runners share: model, tokenizer, rollout engine, config, lazily built verifier/judges."""
 
     def __init__(self, config, model, tokenizer, progress: bool):
-        from ..rollout import TransformersRollout
+        from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
         self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
         self.engine = TransformersRollout(
@@ -92,8 +92,8 @@ class _Context:
     def verifier(self):
         """(verifier, its name): evaluation.step_verifier, or lexical when that one cannot load."""
         if self._verifier is None:
-            from ..models import ModelLoadError
-            from ..verifiers import build_verifier
+            from fspo_lite.models.policy import ModelLoadError
+            from fspo_lite.scoring.verifiers import build_verifier
 
             settings = dataclasses.replace(self.config.verifier, name=self.ev.step_verifier)
             try:
@@ -107,8 +107,8 @@ class _Context:
         """[(verifier, name)]: the main step verifier, then each of evaluation.extra_step_verifiers not already
         in the list (these do not fall back: a judge that cannot load stops the evaluation)."""
         if self._extra_verifiers is None:
-            from ..models import ModelLoadError
-            from ..verifiers import build_verifier
+            from fspo_lite.models.policy import ModelLoadError
+            from fspo_lite.scoring.verifiers import build_verifier
 
             self._extra_verifiers = []
             names = {self.verifier()[1]}
@@ -196,7 +196,7 @@ def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], lis
 
 def run_math(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[dict]]:
     """pass@1 (mean over the k samples) and unbiased pass@k; the answer is read and graded by
-    fspo_lite.grading.grade_response, the function training rewards use (the <answer>/\\boxed content, else the
+    fspo_lite.scoring.grading.grade_response, the function training rewards use (the <answer>/\\boxed content, else the
     last number of the response; compared safely, never evaluated)."""
     config, k = ctx.config, ctx.ev.samples
     prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
@@ -210,7 +210,7 @@ def run_math(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[di
                         "output": text, "answer": answer, "gold": example.answers,
                         "grade": M.CORRECT if ok else M.INCORRECT})
     per_question = [sum(group) for group in _grouped(correct, k)]
-    by = "answer equivalence (fspo_lite.grading, sandboxed)"
+    by = "answer equivalence (fspo_lite.scoring.grading, sandboxed)"
     rows = [_row(name, "pass@1", M.mean([c / k for c in per_question]), len(items), by)]
     if k > 1:
         rows.append(_row(name, f"pass@{k}", M.mean([M.pass_at_k(k, c, k) for c in per_question]), len(items), by))
@@ -327,7 +327,7 @@ RUNNERS = {"short_qa": run_short_qa, "math": run_math, "truthfulqa_mc": run_trut
 
 def load_eval_model(config):
     """(model, tokenizer) of config.model for evaluation: the base model, plus model.adapter_path when set."""
-    from ..models import load_policy
+    from fspo_lite.models.policy import load_policy
 
     model, tokenizer = load_policy(dataclasses.replace(config.model, lora=bool(config.model.adapter_path)),
                                    seed=config.evaluation.seed, for_training=False)

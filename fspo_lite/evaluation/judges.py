@@ -8,7 +8,7 @@ number is part of every result, because the numbers are not comparable across ju
   than to every incorrect one, by cosine similarity of all-MiniLM-L6-v2 sentence embeddings (bundled).
   MiniLM is an English model, so for Chinese text (HalluQA) this judge uses `overlap` instead.
 - `overlap` (offline, any language): the same rule with character-bigram F1 (CJK) or word F1 (others).
-- `llm`: a chat model (fspo_lite.llm: a local model or an OpenAI-compatible server) reads the references
+- `llm`: a chat model (fspo_lite.scoring.llm: a local model or an OpenAI-compatible server) reads the references
   and answers Yes/No to "truthful?" and "informative?". The papers use fine-tuned GPT judges; a small
   local model is a weak judge, so point it at a strong server for numbers worth reporting.
 
@@ -84,7 +84,7 @@ class SimilarityJudge(Judge):
     description = "closer to a correct than to any incorrect reference by all-MiniLM-L6-v2 cosine similarity"
 
     def __init__(self, model: str | None = None, device: str = "auto", batch_size: int = 64):
-        from ..verifiers.embedding import EmbeddingVerifier
+        from fspo_lite.scoring.verifiers.embedding import EmbeddingVerifier
 
         self.encoder = EmbeddingVerifier(model=model, device=device, batch_size=batch_size)
 
@@ -117,7 +117,7 @@ class LLMJudge(Judge):
         self.description = f"{self.description} ({label})" if label else self.description
 
     def judge(self, questions, answers, correct, incorrect):
-        from ..llm import parse_yes_no
+        from fspo_lite.scoring.llm import parse_yes_no
 
         truthful_prompts, informative_prompts = [], []
         for question, answer, good, bad in zip(questions, answers, correct, incorrect):
@@ -140,7 +140,7 @@ def build_judge(name: str, language: str, config) -> Judge:
     if name not in JUDGES:
         raise ValueError(f"unknown evaluation.judge {name!r}; choose from {', '.join(JUDGES)}")
     if name == "llm":
-        from ..llm import build_chat_model
+        from fspo_lite.scoring.llm import build_chat_model
 
         v = config.verifier
         model = config.evaluation.judge_model
@@ -148,7 +148,7 @@ def build_judge(name: str, language: str, config) -> Judge:
         return LLMJudge(chat, label=v.server_url or model or "smollm2-135m")
     if name == "overlap" or language != "en":
         return OverlapJudge()
-    from ..models import ModelLoadError
+    from fspo_lite.models.policy import ModelLoadError
 
     try:
         return SimilarityJudge(device=config.verifier.device)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .metrics import DECOMPOSITION
+from fspo_lite.evaluation.metrics import DECOMPOSITION
 
 HEADLINE = ("correct", "not_attempted", "f_score", "step_hallucination_rate", "mc1", "mc2", "truthful_ratio",
             "accuracy", "non_hallucination_rate", "pass@1")

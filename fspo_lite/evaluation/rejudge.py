@@ -22,7 +22,7 @@ def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, t
                     qa: str = "kbqa") -> int:
     """Add `sentence_labels_by_judge[judge]` (+1/-1/0 per reasoning sentence) to every `qa` record, in place.
     `examples`: question id -> QAExample (question and evidence). Returns the number of records judged."""
-    from ..verifiers import labels_from_scores
+    from fspo_lite.scoring.verifiers import labels_from_scores
 
     owners, evidence, sentences, questions = [], [], [], []
     for index, record in enumerate(records):
@@ -51,7 +51,7 @@ def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, t
 def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundled:kbqa_test",
                  threshold: float = 0.5) -> dict[str, int]:
     """Rejudge every run's eval/records.jsonl under runs_dir (rewritten in place); {run: records judged}."""
-    from ..data import load_examples
+    from fspo_lite.data.examples import load_examples
 
     examples = {e.id: e for e in load_examples(data)}
     done = {}
@@ -65,14 +65,14 @@ def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundle
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", required=True, help="folder of runs (each with eval/records.jsonl)")
-    parser.add_argument("--judge", default="kb", help="a verifier name (fspo_lite.verifiers.VERIFIERS)")
+    parser.add_argument("--judge", default="kb", help="a verifier name (fspo_lite.scoring.verifiers.VERIFIERS)")
     parser.add_argument("--data", default="bundled:kbqa_test", help="the kbqa file the runs were evaluated on")
     parser.add_argument("--threshold", type=float, default=0.5)
     args = parser.parse_args(argv)
     if not Path(args.runs).is_dir():
         parser.error(f"no runs folder {args.runs}")
-    from ..config import VerifierConfig
-    from ..verifiers import build_verifier
+    from fspo_lite.config import VerifierConfig
+    from fspo_lite.scoring.verifiers import build_verifier
 
     verifier = build_verifier(VerifierConfig(name=args.judge))
     done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)

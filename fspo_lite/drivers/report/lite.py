@@ -14,8 +14,8 @@ from typing import Sequence
 
 import pandas as pd
 
-from ...evaluation.metrics import DECOMPOSITION
-from ...training_log import read_metrics
+from fspo_lite.evaluation.metrics import DECOMPOSITION
+from fspo_lite.logs.training_log import read_metrics
 
 QA_METRICS = {"accuracy": "correct", "answer_f1": "f1", "not_attempted": "not_attempted", "format_rate": "format_rate",
               "step_hallucination": "step_hallucination_rate", "judge_coverage": "judge_coverage",

@@ -10,9 +10,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from ...evaluation.metrics import DECOMPOSITION
-from .lite import CURVES
-from .study import is_share, metric_scale
+from fspo_lite.drivers.report.lite import CURVES
+from fspo_lite.drivers.report.study import is_share, metric_scale
+from fspo_lite.evaluation.metrics import DECOMPOSITION
 
 
 def pyplot():
@@ -233,7 +233,7 @@ def plot_supported_unsupported(methods_table: pd.DataFrame, judges: Sequence[str
 
 
 MASS_REGIONS = ("supported", "unsupported", "unchecked", "answer", "other")
-"""The regions of fspo_lite.advantage_mass.REGIONS, in its order (the report does not import the trainer's side)."""
+"""The regions of fspo_lite.scoring.advantage_mass.REGIONS, in its order (the report does not import the trainer's side)."""
 
 
 def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, order: Sequence[str] | None = None):

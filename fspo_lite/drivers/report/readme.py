@@ -19,8 +19,9 @@ import re
 import sys
 from pathlib import Path
 
-from .render import AUDIT_FILE, draw_figures, report_settings, summary_document, verdict, verdict_markdown
-from .summary import detail_answer, format_interval
+from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, summary_document, verdict,
+                                             verdict_markdown)
+from fspo_lite.drivers.report.summary import detail_answer, format_interval
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .lite import summary_markdown
-from .plots import plot_judges
-from .summary import direction, format_interval, plot_paired_differences, study_markdown
+from fspo_lite.drivers.report.lite import summary_markdown
+from fspo_lite.drivers.report.plots import plot_judges
+from fspo_lite.drivers.report.summary import direction, format_interval, plot_paired_differences, study_markdown
 
 AUDIT_FILE = "audit.json"
 SHARE = "step_hallucination@judge"

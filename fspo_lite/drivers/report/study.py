@@ -12,7 +12,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from ...evaluation.metrics import DECOMPOSITION, decomposition_class
+from fspo_lite.evaluation.metrics import DECOMPOSITION, decomposition_class
 
 
 LENGTH_STRATA = 5
@@ -142,7 +142,7 @@ def study_statistics(cells: pd.DataFrame, order: Sequence[str] | None = None, ba
     """Per method and metric the mean over seeds with its bootstrap interval ("methods"), and every trained
     method's paired difference to `baseline` on the same questions ("differences"; the base model is left out).
     Each metric draws from its own generator seeded by (seed, metric name)."""
-    from ... import stats
+    from fspo_lite import stats
 
     methods = [m for m in (order or []) if m in set(cells["method"])]
     methods += [m for m in cells["method"].unique() if m not in methods]
@@ -177,7 +177,7 @@ def matched_length(responses: pd.DataFrame, baseline: str = "grpo", strata: int 
     with a checkable sentence in each stratum (fspo_lite.stats.matched_difference)."""
     import numpy as np
 
-    from ... import stats
+    from fspo_lite import stats
 
     frame = responses[responses["sentences"] > 0].copy()
     frame["stratum"] = frame["sentences"].map(lambda n: length_stratum(n, strata))
@@ -240,7 +240,7 @@ def pair_differences(cells: pd.DataFrame, metrics: Sequence[str], method: str, o
     """`method` - `other` on the same questions for each of `metrics` (fspo_lite.stats.paired_difference; the
     rows look like study_statistics' "differences" with baseline = other). Metrics one of the two lacks are left
     out."""
-    from ... import stats
+    from fspo_lite import stats
 
     rows = []
     for metric in metrics:

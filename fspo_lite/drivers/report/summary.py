@@ -12,11 +12,12 @@ from typing import Sequence
 
 import pandas as pd
 
-from ...evaluation.metrics import DECOMPOSITION
-from .lite import OTHER_METRICS, load_training
-from .plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
-from .study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check, is_share, judges_of,
-                    load_responses, matched_length, metric_cells, metric_scale, pair_differences, study_statistics)
+from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
+from fspo_lite.drivers.report.plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
+from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check,
+                                            is_share, judges_of, load_responses, matched_length, metric_cells,
+                                            metric_scale, pair_differences, study_statistics)
+from fspo_lite.evaluation.metrics import DECOMPOSITION
 
 
 def _digits(metric: str) -> int:

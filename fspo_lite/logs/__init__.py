@@ -1,0 +1,1 @@
+"""A run's logs: per-step metrics and samples, written and read back."""

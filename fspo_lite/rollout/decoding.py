@@ -1,0 +1,181 @@
+"""Batched sampling that stops computing a row once it has ended.
+
+`model.generate` runs every row of a batch until the last one ends: a batch of 64 sampled answers whose longest
+runs to the token limit pays for 64 rows at every step, although most answers ended long before. `decode` is the
+same loop (the prompt's last token fed on a prefilled KV cache, temperature and top-p applied to the logits,
+one multinomial draw per row, pad after a row's EOS) with the ended rows taken out of the forward pass: their
+KV-cache rows and mask rows are dropped once enough of them have ended (`compact_at`).
+
+The draws match `model.generate`'s: torch's one-sample multinomial draws one exponential per entry of the (rows x
+vocabulary) probability table, so the table keeps every row (an ended row gets a uniform one, as its token is
+replaced by pad anyway) and each row sees the same random numbers it would see inside `generate`. What can
+differ is float rounding, since a matrix product over fewer rows may sum in another order; tests/test_decoding.py
+compares the tokens with `model.generate`'s on the tiny and the bundled model.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from fspo_lite.models.prompt_cache import prompt_positions
+
+LOGITS_SETTINGS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
+                   "encoder_no_repeat_ngram_size", "min_length", "min_new_tokens", "bad_words_ids", "suppress_tokens",
+                   "begin_suppress_tokens", "forced_bos_token_id", "forced_eos_token_id", "min_p", "typical_p",
+                   "epsilon_cutoff", "eta_cutoff", "sequence_bias", "renormalize_logits",
+                   "exponential_decay_length_penalty", "guidance_scale", "watermarking_config", "diversity_penalty")
+"""Generation-config fields that make `generate` change the logits beyond temperature and top-p."""
+
+
+def plain_sampling(generation_config) -> bool:
+    """Whether a model's generation config leaves every LOGITS_SETTINGS field at transformers' default, so
+    `decode` (temperature and top-p only) samples what `generate` would. A model whose config sets, e.g., a
+    repetition penalty (Qwen2.5-Instruct: 1.05) is decoded with `generate`."""
+    from transformers import GenerationConfig
+
+    if generation_config is None:
+        return True
+    default = GenerationConfig()
+    return all(getattr(generation_config, name, None) == getattr(default, name, None) for name in LOGITS_SETTINGS)
+
+
+@functools.cache
+def preallocated_layer_class():
+    """A transformers DynamicLayer whose keys and values live in buffers with room for the tokens still to come:
+    `update` writes the new positions in place, where DynamicLayer concatenates, which copies the layer's whole
+    cache at every decoding step. The keys and values it returns are views of the filled positions, so attention
+    sees the same numbers."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        def __init__(self, layer: DynamicLayer, room: int):
+            super().__init__()
+            self.dtype, self.device = layer.keys.dtype, layer.keys.device
+            rows, heads, length, dim = layer.keys.shape
+            self.key_buffer = layer.keys.new_empty(rows, heads, length + room, dim)
+            self.value_buffer = layer.values.new_empty(rows, heads, length + room, layer.values.shape[-1])
+            self.key_buffer[:, :, :length] = layer.keys
+            self.value_buffer[:, :, :length] = layer.values
+            self.length = length
+            self.is_initialized = True
+            self._view()
+
+        def _view(self) -> None:
+            self.keys = self.key_buffer[:, :, : self.length]
+            self.values = self.value_buffer[:, :, : self.length]
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            end = self.length + key_states.shape[-2]
+            if end > self.key_buffer.shape[-2]:  # more tokens than planned: double the room (one copy)
+                extra = max(end - self.key_buffer.shape[-2], self.key_buffer.shape[-2])
+                self.key_buffer = torch.cat([self.key_buffer, self.key_buffer.new_empty(
+                    *self.key_buffer.shape[:2], extra, self.key_buffer.shape[-1])], dim=-2)
+                self.value_buffer = torch.cat([self.value_buffer, self.value_buffer.new_empty(
+                    *self.value_buffer.shape[:2], extra, self.value_buffer.shape[-1])], dim=-2)
+            self.key_buffer[:, :, self.length : end] = key_states
+            self.value_buffer[:, :, self.length : end] = value_states
+            self.length = end
+            self._view()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+            self._view()
+
+    return PreallocatedLayer
+
+
+def preallocate(cache, room: int) -> int:
+    """Swap every plain DynamicLayer of a DynamicCache for a PreallocatedLayer with `room` free positions; other
+    layer kinds (sliding windows, linear attention) stay as they are. Returns the number of layers swapped."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, list):
+        return 0
+    layer_class, swapped = preallocated_layer_class(), 0
+    for index, layer in enumerate(layers):
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys is not None and layer.keys.dim() == 4:
+            layers[index] = layer_class(layer, room)
+            swapped += 1
+    return swapped
+
+
+def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    """Temperature, then top-p (nucleus) filtering, as transformers' TemperatureLogitsWarper and
+    TopPLogitsWarper do: the smallest set of top tokens whose probability reaches top_p is kept (at least one),
+    the rest set to -inf."""
+    scores = logits / temperature if temperature != 1.0 else logits
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False)
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= (1 - top_p)
+        remove[..., -1:] = False
+        scores = scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+    return scores
+
+
+@torch.no_grad()
+def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_ids: list[int],
+           pad_id: int, do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0,
+           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
+           min_new_tokens: int = 0) -> torch.Tensor:
+    """New tokens (rows, steps) for left-padded prompts: sampled (or greedy, do_sample=False), pad after each row's
+    first EOS; steps = max_new_tokens or fewer when every row has ended.
+
+    past_key_values: the cache of every prompt token but the last (`fspo_lite.models.prompt_cache`), or None to run the
+    whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
+    rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work). preallocate_cache: after
+    the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
+    values in place instead of copying the whole cache (the same numbers either way). min_new_tokens: no EOS before
+    that many tokens (their logits set to -inf first, as `generate`'s MinNewTokensLengthLogitsProcessor does)."""
+    if do_sample and temperature <= 0:
+        raise ValueError(f"sampling needs a temperature above 0, got {temperature}")
+    rows, device = input_ids.shape[0], input_ids.device
+    eos = torch.tensor(eos_ids, device=device)
+    mask = attention_mask
+    if past_key_values is None:
+        step_ids, positions = input_ids, prompt_positions(mask)
+    else:
+        step_ids, positions = input_ids[:, -1:], prompt_positions(mask)[:, -1:]
+    live = torch.arange(rows, device=device)  # the input rows still in the forward pass, in cache order
+    ended = torch.zeros(rows, dtype=torch.bool, device=device)
+    tokens = []
+    cache = past_key_values
+    for step in range(max_new_tokens):
+        output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                       use_cache=True, logits_to_keep=1)
+        cache = output.past_key_values
+        if step == 0 and preallocate_cache and max_new_tokens > 1:
+            preallocate(cache, max_new_tokens - 1)
+        logits = output.logits[:, -1].float()
+        if live.numel() < rows:  # rows out of the pass get a uniform row, so the draws keep their places
+            full = torch.zeros(rows, logits.shape[-1], dtype=logits.dtype, device=device)
+            full[live] = logits
+            logits = full
+        if step < min_new_tokens:
+            logits = logits.index_fill(1, eos, float("-inf"))
+        scores = process_logits(logits, temperature, top_p) if do_sample else logits
+        if do_sample:
+            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            next_tokens = scores.argmax(dim=-1)
+        next_tokens = next_tokens.masked_fill(ended, pad_id)
+        tokens.append(next_tokens)
+        ended = ended | torch.isin(next_tokens, eos)
+        if bool(ended.all()):
+            break
+        keep = ~ended[live]
+        if (~keep).sum() >= max(1.0, compact_at * live.numel()):
+            index = keep.nonzero().squeeze(1)
+            cache.batch_select_indices(index)
+            live, mask, positions = live[index], mask[index], positions[index]
+        step_ids = next_tokens[live][:, None]
+        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
+        positions = positions[:, -1:] + 1
+    return torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(rows, 0)

@@ -1,0 +1,190 @@
+"""Rollout engines: prompts in, sampled completions (token ids and text) out.
+
+`TransformersRollout` batches prompts x samples with left padding and the KV cache, encodes each
+distinct prompt once for its samples (`fspo_lite.models.prompt_cache`), decodes with
+`fspo_lite.rollout.decoding.decode` (ended rows leave the forward pass; `model.generate` where that is off),
+and stops as soon as every sequence has produced EOS. The vLLM engines
+(GPU) live in `fspo_lite.rollout.vllm_rollout` behind the same `generate` signature; `fspo_lite.rollout.engines`
+builds the one the config names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from fspo_lite.models.policy import merged_lora_weights
+from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
+                                           shared_prefix_prefill, shared_prompt_pass)
+from fspo_lite.rollout.decoding import decode, plain_sampling
+
+
+@dataclass
+class Rollout:
+    """A batch of sampled responses; row i answers prompt i // num_samples."""
+
+    prompt_ids: torch.Tensor
+    """(N, P) left-padded prompt tokens."""
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    """(N, C) right-padded completion tokens."""
+    completion_mask: torch.Tensor
+    """(N, C) 1 on sampled tokens up to and including the first EOS."""
+    texts: list[str]
+    num_samples: int
+    sampling_logprobs: torch.Tensor | None = None
+    """(N, C) log-probs of the sampled tokens under the sampler (vLLM engines on request), 0 on padding."""
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        return self.completion_mask.sum(dim=1)
+
+
+def completion_mask_from_ids(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
+    """1 up to and including the first EOS of each row, 0 after it."""
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
+    seen_before = (is_eos.cumsum(dim=1) - is_eos.long()) > 0
+    return (~seen_before).long()
+
+
+def _pad_to(tensor: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing <= 0:
+        return tensor
+    pad = torch.full((tensor.shape[0], missing), value, dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([pad, tensor] if left else [tensor, pad], dim=1)
+
+
+def eos_ids(tokenizer, model=None) -> list[int]:
+    """All token ids that end a response (tokenizer EOS plus the generation config's)."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(configured, int):
+        ids.add(configured)
+    elif configured:
+        ids.update(configured)
+    return sorted(i for i in ids if i is not None)
+
+
+class TransformersRollout:
+    """Sampling with `model.generate` on whatever device the model is on."""
+
+    def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
+                 generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
+                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True,
+                 share_prompt_prefix: bool = True, drop_ended_rows: bool = True, preallocate_cache: bool = True):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.generation_batch_size = generation_batch_size
+        self.max_prompt_tokens = max_prompt_tokens
+        self.progress = progress
+        self.generate_kwargs = generate_kwargs or {}
+        """Extra `model.generate` arguments (synced_gpus=True when weights are sharded over ranks)."""
+        self.share_prompt_prefill = share_prompt_prefill
+        self.merge_lora = merge_lora
+        """Generate with each LoRA adapter merged into new weight tensors (`models.merged_lora_weights`)."""
+        self.share_prompt_prefix = share_prompt_prefix
+        """With share_prompt_prefill: encode the batch's common prompt start once (`shared_prefix_prefill`)."""
+        self.drop_ended_rows = drop_ended_rows
+        """Decode with `fspo_lite.rollout.decoding.decode` (ended rows leave the pass; same tokens) instead of `generate`."""
+        self.preallocate_cache = preallocate_cache
+        """With drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same tokens)."""
+
+    @classmethod
+    def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
+                    generate_kwargs: dict | None = None, plain_model: bool = True):
+        """plain_model=False (FSDP-sharded weights, Unsloth) turns the shared prefill and the LoRA merge off:
+        `model.generate` then runs as is."""
+        return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
+                   rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
+                   rollout_config.share_prompt_prefill and plain_model,
+                   rollout_config.merge_lora_for_generation and plain_model,
+                   rollout_config.share_prompt_prefix and plain_model, rollout_config.drop_ended_rows and plain_model)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
+                 max_new_tokens: int | None = None) -> Rollout:
+        """Sample `num_samples` completions per prompt (greedy when do_sample=False)."""
+        tokenizer, model = self.tokenizer, self.model
+        device = next(model.parameters()).device
+        expanded = [p for p in prompts for _ in range(num_samples)]
+        eos = eos_ids(tokenizer, model)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+        was_training = model.training
+        model.eval()
+        chunks = []
+        batches = range(0, len(expanded), self.generation_batch_size)
+        with merged_lora_weights(model) if self.merge_lora else contextlib.nullcontext():
+            for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
+                batch = expanded[start : start + self.generation_batch_size]
+                encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
+                                    truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
+                sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
+                    else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+                limit = max_new_tokens or self.max_new_tokens
+                if self.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
+                        getattr(model, "generation_config", None)):
+                    new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], limit, eos, pad_id,
+                                        do_sample, self.temperature, self.top_p,
+                                        self._prefilled(encoded).get("past_key_values"),
+                                        preallocate_cache=self.preallocate_cache,
+                                        min_new_tokens=self.generate_kwargs.get("min_new_tokens") or 0)
+                else:
+                    output = model.generate(**encoded, max_new_tokens=limit, eos_token_id=eos, pad_token_id=pad_id,
+                                            use_cache=True, **sampling, **self._prefilled(encoded),
+                                            **self.generate_kwargs)
+                    new_tokens = output[:, encoded["input_ids"].shape[1]:]
+                chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens))
+        model.train(was_training)
+        prompt_width = max(c[0].shape[1] for c in chunks)
+        completion_width = max(max(c[2].shape[1] for c in chunks), 1)
+        prompt_ids = torch.cat([_pad_to(c[0], prompt_width, pad_id, left=True) for c in chunks])
+        prompt_mask = torch.cat([_pad_to(c[1], prompt_width, 0, left=True) for c in chunks])
+        completion_ids = torch.cat([_pad_to(c[2], completion_width, pad_id, left=False) for c in chunks])
+        completion_mask = completion_mask_from_ids(completion_ids, eos)
+        completion_ids = completion_ids.masked_fill(completion_mask == 0, pad_id)
+        texts = tokenizer.batch_decode(
+            [ids[: int(n)] for ids, n in zip(completion_ids, completion_mask.sum(1))],
+            skip_special_tokens=True, clean_up_tokenization_spaces=False,
+        )
+        return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples)
+
+    def _prefilled(self, encoded) -> dict:
+        """`past_key_values` holding all but the last prompt token (generate then feeds the last token and
+        decodes): the batch's common prompt start encoded once and each distinct prompt's rest once
+        (share_prompt_prefix, when that start has MIN_SHARED_PREFIX tokens), else each distinct prompt once;
+        empty when neither saves anything."""
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        if not self.share_prompt_prefill or ids.shape[1] < 2:
+            return {}
+        groups = distinct_prompts(ids, mask)
+        if self.share_prompt_prefix:
+            prefix = common_prefix_length(ids[:, :-1], mask[:, :-1])
+            if prefix >= MIN_SHARED_PREFIX:
+                return {"past_key_values": shared_prefix_prefill(self.model, ids[:, :-1], mask[:, :-1], groups, prefix)}
+        if groups is None:
+            return {}
+        cache, _ = shared_prompt_pass(self.model, ids[:, :-1], mask[:, :-1], groups)
+        return {"past_key_values": cache}
+
+
+def rollout_from_texts(tokenizer, completions: list[str], num_samples: int | None = None) -> Rollout:
+    """A Rollout holding given completion texts (tokenized, EOS appended), for scoring stored responses.
+
+    The prompt is a one-token placeholder: such a rollout feeds the reward and advantage functions
+    (the playground, tests), not log-probability computations.
+    """
+    rows = [tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for text in completions]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(map(len, rows), default=1)
+    completion_ids = torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
+    completion_mask = completion_mask_from_ids(completion_ids, [tokenizer.eos_token_id])
+    prompt = torch.full((len(rows), 1), pad_id, dtype=torch.long)
+    return Rollout(prompt, torch.ones_like(prompt), completion_ids, completion_mask, list(completions),
+                   num_samples or len(rows))

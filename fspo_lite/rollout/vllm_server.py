@@ -1,0 +1,153 @@
+"""rollout.engine=vllm-server: sampling from an OpenAI-compatible vLLM server, the policy's adapter loaded per step.
+
+The HTTP client is the standard library. vLLM answers the adapter endpoints with HTTP 200 and a plain-text
+body, refuses an adapter name it already holds (HTTP 400), and lists the loaded adapters with their folders
+at /v1/models; `answer_from_body`, `adapter_name` (fspo_lite.rollout.vllm_rollout) and `stale_adapters` handle each.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
+from fspo_lite.rollout.vllm_rollout import (AdapterVersions, prompt_token_ids, require_lora, rollout_from_token_ids,
+                                            sampling_arguments)
+
+
+def answer_from_body(body: str) -> dict:
+    """A server's answer as a dict: the JSON object it sent, or {"message": text} for a plain-text body (vLLM
+    answers /v1/load_lora_adapter and /v1/unload_lora_adapter with HTTP 200 and text such as "Success: LoRA
+    adapter 'x' added successfully."), {} for an empty one."""
+    text = body.strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {"message": text}
+    return value if isinstance(value, dict) else {"message": value}
+
+
+def _send(request: urllib.request.Request, timeout: float) -> dict:
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as error:
+        detail = " ".join(error.read().decode("utf-8", "replace").split())[:500]
+        raise RuntimeError(f"{request.full_url} answered HTTP {error.code}: {detail}") from None
+    except urllib.error.URLError as error:
+        raise RuntimeError(f"cannot reach the vLLM server at {request.full_url}: {error.reason}") from None
+    except (TimeoutError, ConnectionError) as error:
+        raise RuntimeError(f"the vLLM server at {request.full_url} did not answer: {error}") from None
+    return answer_from_body(body)
+
+
+def post_json(url: str, payload: dict, timeout: float) -> dict:
+    """POST a JSON body; the answer as `answer_from_body` reads it. HTTP errors carry the server's message."""
+    return _send(urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                        headers={"Content-Type": "application/json"}), timeout)
+
+
+def get_json(url: str, timeout: float) -> dict:
+    """GET a URL; the answer as `answer_from_body` reads it."""
+    return _send(urllib.request.Request(url, method="GET"), timeout)
+
+
+def stale_adapters(models_answer: dict, root: str | Path, keep: str | None = None) -> list[str]:
+    """Names of the LoRA adapters a server lists (GET /v1/models: vLLM gives each adapter's folder as `root` and
+    its base model as `parent`) whose folder lies under `root`, other than `keep`: those an earlier (killed) run
+    of this output folder left loaded."""
+    root = Path(root).resolve()
+    names = []
+    for model in models_answer.get("data") or []:
+        if not isinstance(model, dict) or not isinstance(model.get("id"), str) or model["id"] == keep:
+            continue
+        folder = model.get("root")
+        if model.get("parent") and isinstance(folder, str) and folder and root in Path(folder).resolve().parents:
+            names.append(model["id"])
+    return names
+
+
+class VLLMServerRollout:
+    """Sampling from an OpenAI-compatible vLLM server, the current adapter registered per step.
+
+    The server must run with --enable-lora (and --max-lora-rank >= model.lora_r) and the
+    environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and must be able to read the
+    adapter folders this process writes (under train.output_dir).
+    """
+
+    def __init__(self, policy, tokenizer, url: str, max_new_tokens: int = 256, temperature: float = 1.0,
+                 top_p: float = 1.0, max_prompt_tokens: int = 512, with_logprobs: bool = False,
+                 adapter_root: str | Path | None = None, timeout: float = 600.0, device=None):
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.url = url.rstrip("/")
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.top_p = top_p
+        self.max_prompt_tokens = max_prompt_tokens
+        self.with_logprobs = with_logprobs
+        self.adapters = AdapterVersions(adapter_root)
+        self.timeout = timeout
+        self.device = device
+        self.eos = eos_ids(tokenizer, policy)
+        self.served_adapter: str | None = None
+
+    @classmethod
+    def from_config(cls, policy, tokenizer, config, dist):
+        require_lora(config, "vllm-server")
+        if not config.rollout.vllm_server_url:
+            raise ValueError("rollout.engine=vllm-server needs rollout.vllm_server_url (e.g. http://localhost:8000)")
+        root = Path(config.train.output_dir).resolve() / "rollout_adapters" / f"rank{dist.rank}"
+        return cls(policy, tokenizer, config.rollout.vllm_server_url, config.rollout.max_new_tokens,
+                   config.rollout.temperature, config.rollout.top_p, config.data.max_prompt_tokens,
+                   config.rollout.use_sampler_logprobs, root, config.rollout.vllm_server_timeout, dist.device)
+
+    def _publish_adapter(self) -> str:
+        """Save the adapter as a new version, register it with the server, drop the previous one (and, on the first
+        call, those an earlier killed run of this output folder left loaded)."""
+        name, _, path = self.adapters.save(self.policy)
+        try:
+            post_json(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, self.timeout)
+        except RuntimeError as error:
+            if "HTTP 404" in str(error) or "HTTP 405" in str(error):
+                raise RuntimeError(f"{self.url} cannot load LoRA adapters at run time: start the vLLM server with "
+                                   "--enable-lora and the environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True "
+                                   f"({error})") from None
+            raise
+        if self.served_adapter is None:
+            old = stale_adapters(get_json(f"{self.url}/v1/models", self.timeout), self.adapters.root, keep=name)
+        else:
+            old = [self.served_adapter]
+        for stale in old:
+            post_json(f"{self.url}/v1/unload_lora_adapter", {"lora_name": stale}, self.timeout)
+        self.served_adapter = name
+        return name
+
+    def completion_request(self, model: str, ids: list[list[int]], num_samples: int, do_sample: bool,
+                           max_new_tokens: int) -> dict:
+        """The /v1/completions body: token-id prompts, and token ids back (vLLM's return_token_ids)."""
+        arguments = sampling_arguments(num_samples, do_sample, self.temperature, self.top_p, max_new_tokens,
+                                       self.eos, self.with_logprobs)
+        return {"model": model, "prompt": ids, "return_token_ids": True, **arguments}
+
+    def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
+                 max_new_tokens: int | None = None) -> Rollout:
+        ids = prompt_token_ids(self.tokenizer, prompts, self.max_prompt_tokens)
+        requests = ids if do_sample else [p for p in ids for _ in range(num_samples)]
+        body = self.completion_request(self._publish_adapter(), requests, num_samples, do_sample,
+                                       max_new_tokens or self.max_new_tokens)
+        answer = post_json(f"{self.url}/v1/completions", body, self.timeout)
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not all(isinstance(choice, dict) for choice in choices):
+            raise RuntimeError(f"{self.url}/v1/completions answered without choices: {str(answer)[:200]}")
+        choices = sorted(choices, key=lambda choice: choice.get("index", 0))
+        if any("token_ids" not in choice for choice in choices):
+            raise RuntimeError("the server returned no token ids; fspo-lite needs a vLLM server that supports "
+                               "return_token_ids (vLLM 0.10.2 or newer)")
+        completions = [list(choice["token_ids"]) for choice in choices]
+        logprobs = [choice["logprobs"]["token_logprobs"] for choice in choices] if self.with_logprobs else None
+        return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)

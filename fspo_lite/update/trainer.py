@@ -1,0 +1,399 @@
+"""The GRPO-family training loop (grpo, fspo, caution, rlfh, klcf): a thin stateful shell around the pure functions.
+
+One step (`Trainer.train_step`): sample questions -> generate G responses each (rollout.py) -> `score_rollouts`: rewards
+(rewards.py), sentence verdicts and the FSPO sentence mask (verdicts.py) -> `advantages_from_scores`: token advantages,
+FSPO-flipped or from RLFH's reward-to-go (algos.py) -> `Trainer.update`: mu epochs of clipped-surrogate updates
+(algos.py) -> metrics and, now and then, a checkpoint. The FSPO path (rollout -> verdicts -> mask -> flip -> loss) reads
+in this file, rollout.py, verdicts.py and algos.py (tests/test_architecture.py checks it).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from fspo_lite import algos
+from fspo_lite.config import Config
+from fspo_lite.data.examples import QAExample
+from fspo_lite.data.prompts import prompt_text
+from fspo_lite.data.training_set import ExampleSampler, load_training_examples
+from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, truncate_jsonl
+from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
+from fspo_lite.models.policy import load_policy, trainable_parameter_count
+from fspo_lite.models.prompt_cache import shares_prompt_pass
+from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
+from fspo_lite.rollout.transformers_rollout import Rollout
+from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
+from fspo_lite.scoring.methods import RewardTools
+from fspo_lite.scoring.rewards import (ScoredRollouts, build_reward_tools, check_settings, check_verifier,
+                                       method_rewards, parse_method, total_rewards, verdicts_needed)
+from fspo_lite.scoring.verdicts import SentenceVerdicts, response_views, sentence_mask, verify_sentences
+from fspo_lite.scoring.verifiers import Verifier, build_verifier
+from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints,
+                                         latest_checkpoint, load_checkpoint, save_checkpoint)
+from fspo_lite.update.distributed import Distributed, loss_normalisers
+from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (for example: too many consecutive non-finite steps)."""
+
+
+def set_seed(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, config: Config, verifier: Verifier | None,
+                   step: int = 0, tools: RewardTools | None = None) -> ScoredRollouts:
+    """Grade every response of a rollout under config.reward.method: the outcome and the method's reward, the
+    verifier's verdicts on the reasoning sentences, the terms resting on them, and the FSPO sentence mask.
+
+    `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
+    `step` drives scheduled rewards; `tools` are the method's RewardTools (built from the config when None).
+    """
+    check_verifier(config, verifier)
+    tools = tools if tools is not None else build_reward_tools(config)
+    views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
+    batch, result = method_rewards(examples, views, rollout.completion_mask, config, verifier, step, tools)
+    verdicts = (verify_sentences(examples, batch.texts, verifier, config.verifier.threshold)
+                if verdicts_needed(config, verifier) else [SentenceVerdicts() for _ in views])
+    flips = parse_method(config.reward.method).flip
+    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if flips else None
+    return total_rewards(batch, result, verdicts, mask, config, tools)
+
+
+def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, config: Config
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens.
+
+    Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
+    group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
+    """
+    group_size, scale = config.rollout.group_size, config.train.scale_by_std
+    if scored.token_rewards is not None:
+        advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale)
+        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
+    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale, scored.sentence_mask)
+
+
+class Trainer:
+    """Owns the model, optimizer, rollout engine and verifier; `train()` runs config.train.steps steps."""
+
+    def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
+                 verifier=None, progress: bool = True):
+        check_settings(config)  # before any model loads (load_config checks ranges too; configs built in code come here)
+        if not config.train.resume and earlier_run(config.train.output_dir):  # would log steps 1, 2 after 1, 2
+            raise TrainingError(earlier_run(config.train.output_dir))
+        if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
+            check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
+        check_rollout_engine(config)  # vLLM: installed, a platform here, and the settings that platform honours
+        self.config = config
+        self.progress = progress
+        set_seed(config.train.seed)
+        # [distributed] rank, world size, collectives (one process: identities); FSDP2 shards under torchrun
+        self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
+        # the data before the model: a bad data file is reported in a second, not after the model loads
+        self.examples = train_examples if train_examples is not None else load_training_examples(config)
+        if model is None or tokenizer is None:
+            model, tokenizer = load_policy(config.model, seed=config.train.seed,
+                                           max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
+                                           fast_inference=config.rollout.engine == "vllm",
+                                           gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization)
+        self.model, self.tokenizer = model, tokenizer
+        self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
+        self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
+        self.reward_tools = build_reward_tools(config)
+        self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
+                                      weight_decay=config.train.weight_decay)
+        # [distributed] the wrapped (DDP/FSDP) model runs the training forward/backward; self.model
+        # (unwrapped, same weights) generates, gives the reference pass and is saved
+        self.train_model, self.optimizer = self.dist.prepare(model, optimizer)
+        self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
+        self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
+        if self.reference is not None:
+            self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
+        self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
+        set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
+        self.output_dir = Path(config.train.output_dir)
+        self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
+        self.step_index = 0
+        self.bad_steps = 0
+        self.skipped_updates = 0
+        if config.train.resume:
+            self.resume()
+
+    def _frozen_reference(self):
+        import copy
+
+        reference = copy.deepcopy(self.model).eval()
+        for parameter in reference.parameters():
+            parameter.requires_grad_(False)
+        return reference
+
+    # ---- state -------------------------------------------------------------------------
+    def resume(self) -> bool:
+        """Continue from the newest complete checkpoint in output_dir; False when there is none.
+
+        Weights, optimizer, RNG states (sampling included), data position and fault counters
+        come back as they were, and rows that metrics.jsonl / samples.jsonl got after the
+        checkpoint are dropped, so the resumed run logs each later step exactly once and
+        reproduces the uninterrupted run's numbers. With no checkpoint the run starts over, so
+        every row an earlier attempt logged is dropped (no step logged twice).
+        """
+        path = latest_checkpoint(self.output_dir)
+        if path is None:
+            self._drop_rows_after(0)
+            return False
+        try:
+            if self.dist.shards_weights:  # [distributed] sharded weights, optimizer state and every rank's RNG
+                state = self.dist.load_checkpoint(path, self.train_model, self.optimizer)
+            else:
+                state = load_checkpoint(path, self.model, self.optimizer)
+        except CheckpointError as error:
+            older = [p.name for p in complete_checkpoints(self.output_dir) if p.name < path.name]
+            hint = (f"; to resume from the newest intact one, remove {path} (intact: {', '.join(older)})" if older
+                    else "; no older intact checkpoint exists")
+            raise CheckpointError(f"{error}{hint}") from None
+        self.step_index = state["step"]
+        if self.dist.world_size > 1 and not self.dist.shards_weights:  # [distributed] rank 0's RNG only: reseed
+            set_seed(self.config.train.seed + self.dist.rank + 1_000_003 * self.step_index)
+        self.sampler.load_state_dict(state["sampler"])
+        self.skipped_updates = state.get("skipped_updates", 0)
+        self.bad_steps = state.get("bad_steps", 0)
+        self._drop_rows_after(self.step_index)
+        print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
+        return True
+
+    def _drop_rows_after(self, step: int) -> None:
+        """Keep the metrics/samples rows of steps 1..step (those the resumed state covers); torn
+        lines left by a killed writer go too."""
+        if self.dist.is_main:
+            had_rows = self.logger.path.exists() and self.logger.path.stat().st_size > 0
+            self.logger.truncate_after(step)
+            truncate_jsonl(self.output_dir / "samples.jsonl", step)
+            if step == 0 and had_rows:
+                print(f"[fspo_lite] no checkpoint in {self.output_dir}: starting over, earlier rows dropped")
+        self.dist.wait()
+
+    def save(self) -> Path | None:
+        """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
+        The step's metrics row is already on disk (see fspo_lite.logs.training_log), so no step is lost or logged twice."""
+        state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
+                 "bad_steps": self.bad_steps}
+        weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
+        sharded = {}
+        if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state
+            sharded[SHARDED_DIR] = self.dist.save_sharded(self.output_dir / "checkpoints" / ".sharded-staging",
+                                                          self.train_model, self.optimizer)
+        path = None
+        if self.dist.is_main:
+            path = save_checkpoint(self.output_dir, self.step_index, self.model, None if sharded else self.optimizer,
+                                   state, self.config, state_dict=weights, extra_dirs=sharded)
+        self.dist.wait()
+        return path
+
+    # ---- the loop ----------------------------------------------------------------------
+    def train(self) -> list[dict]:
+        """Run the remaining steps; returns their metrics (also in output_dir/metrics.jsonl)."""
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.dist.is_main:
+            self.config.save(self.output_dir / "config.yaml")
+        history = []
+        steps = range(self.step_index, self.config.train.steps)
+        bar = tqdm(steps, desc=f"train {self.config.reward.method}", disable=not (self.progress and self.dist.is_main))
+        for _ in bar:
+            metrics = self.train_step()
+            history.append(metrics)
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
+                            fact=f"{metrics['step_factuality']:.2f}")
+            every = self.config.train.save_every
+            if every and self.step_index % every == 0 and self.step_index < self.config.train.steps:
+                self.save()
+        self.save()
+        return history
+
+    def rollout(self, examples: list[QAExample]) -> Rollout:
+        prompts = [prompt_text(self.tokenizer, e, self.config.data) for e in examples]
+        return self.engine.generate(prompts, self.config.rollout.group_size)
+
+    def train_step(self) -> dict:
+        """One GRPO/FSPO step; returns and logs its metrics."""
+        config = self.config
+        started = time.perf_counter()
+        examples = [self.examples[i] for i in self.sampler.next(config.train.prompts_per_step)]
+        examples = self.dist.shard(examples)  # [distributed] this rank's prompts; each group stays on one rank
+        rollout = self.rollout(examples)
+        generated = time.perf_counter()
+        per_response = [e for e in examples for _ in range(config.rollout.group_size)]
+        scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier,
+                                step=self.step_index, tools=self.reward_tools)
+        advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
+        scored_at = time.perf_counter()
+        update = self.update(rollout, advantages)
+        self.step_index += 1
+        tokens = int(rollout.completion_mask.sum())
+        elapsed = time.perf_counter() - started
+        metrics = {
+            "step": self.step_index,
+            **scored.metrics,
+            "frac_reward_zero_std": algos.zero_std_group_fraction(scored.rewards, config.rollout.group_size),
+            "flipped_token_share": flipped.sum().item() / max(tokens, 1),
+            **advantage_mass(advantages, token_regions(scored.views, scored.verdicts, advantages.shape[1]),
+                             rollout.completion_mask),  # where the gradient goes (fspo_lite.scoring.advantage_mass)
+            **update,
+            "completion_length": rollout.completion_lengths.float().mean().item(),
+            "tokens_per_second": tokens / max(elapsed, 1e-9),
+            "generation_time": generated - started,
+            "reward_time": scored_at - generated,
+            "update_time": time.perf_counter() - scored_at,
+            "step_time": elapsed,
+            "skipped_updates": self.skipped_updates,
+        }
+        metrics = self.dist.gather_metrics(metrics)  # [distributed] averaged over ranks (counts summed)
+        if self.dist.is_main:
+            self.logger.log(metrics)
+            self._log_sample(examples[0], rollout, scored, advantages)
+        self._stop_if_diverged()  # every rank: the gradient norm that decides a skip is global
+        return metrics
+
+    def _log_sample(self, example, rollout, scored, advantages) -> None:
+        """Write the first response of the step, token by token, to samples.jsonl (for plots)."""
+        length = int(rollout.completion_mask[0].sum())
+        ids = rollout.completion_ids[0, :length].tolist()
+        unflipped = algos.group_advantages(scored.rewards, self.config.rollout.group_size, self.config.train.scale_by_std)[0]
+        record = {
+            "step": self.step_index, "question": example.question, "gold": example.answers,
+            "response": scored.views[0].text, "reward": scored.rewards[0].item(),
+            "tokens": self.tokenizer.convert_ids_to_tokens(ids), "offsets": scored.views[0].offsets,
+            "advantage": unflipped.item(), "token_advantages": advantages[0, :length].tolist(),
+            "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
+            "method_details": scored.details[0] if scored.details else {},
+        }
+        if scored.token_rewards is not None:
+            record["token_rewards"] = scored.token_rewards[0, :length].tolist()
+        append_jsonl(self.output_dir / "samples.jsonl", record)
+
+    def _logprobs(self, model, rollout: Rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
+                  entropy_grad: bool = False):
+        """Log-probs (and entropies) of the completions of `rows`, cut to their first `width` tokens."""
+        return completion_logprobs(
+            model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows, :width],
+            rollout.completion_mask[rows, :width], self.config.rollout.temperature, with_entropy, self.share_prompts,
+            entropy_grad,
+        )
+
+    @torch.no_grad()
+    def _frozen_logprobs(self, rollout: Rollout, reference: bool) -> torch.Tensor:
+        """(N, C) log-probs of the whole rollout in its own row order, 0 on the columns a micro-batch left out."""
+        result = torch.zeros(rollout.completion_ids.shape, device=rollout.completion_ids.device)
+        for rows, width in self._micro_batches(rollout):
+            if reference and self.reference is not None:
+                logp = self._logprobs(self.reference, rollout, rows, width)[0]
+            elif reference:
+                with reference_context(self.model):
+                    logp = self._logprobs(self.model, rollout, rows, width)[0]
+            else:
+                logp = self._logprobs(self.model, rollout, rows, width)[0]
+            result[rows, :width] = logp.to(result.dtype)
+        return result
+
+    def _micro_batches(self, rollout: Rollout) -> list[tuple[torch.Tensor, int]]:
+        train = self.config.train
+        return micro_batches(rollout.completion_lengths, rollout.completion_ids.shape[1], train.micro_batch_size,
+                             train.group_by_length)
+
+    def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict:
+        """mu epochs over the rollout, one optimizer step per epoch with gradient accumulation."""
+        train = self.config.train
+        model = self.train_model
+        model.train()
+        mask = rollout.completion_mask.float()
+        advantages = advantages.to(mask.device)
+        # [distributed] normalise by the whole step's tokens/sequences summed over ranks
+        global_tokens, global_sequences = self.dist.sum([mask.sum().item(), mask.shape[0]])
+        total_tokens, total_sequences = loss_normalisers(global_tokens, global_sequences, self.dist.world_size)
+        # pi_old: the trainer's own pass when mu > 1; at mu = 1 the engine's sampling log-probs when it returned
+        # them (rollout.use_sampler_logprobs), else the detached current log-probs (ratio 1)
+        old_logp = self._frozen_logprobs(rollout, reference=False) if train.ppo_epochs > 1 else rollout.sampling_logprobs
+        ref_logp = self._frozen_logprobs(rollout, reference=True) if train.beta > 0 else None
+        sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
+        grad_norm = float("nan")
+        skipped = False
+        for epoch in range(train.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            epoch_loss = 0.0
+            micro_batches = self._micro_batches(rollout)
+            for index, (rows, width) in enumerate(micro_batches):
+                # [distributed] gradients are all-reduced once, in the last micro-batch's backward
+                with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
+                    bonus = train.entropy_coef > 0
+                    logp, entropy = self._logprobs(model, rollout, rows, width, with_entropy=epoch == 0 or bonus,
+                                                   entropy_grad=bonus)
+                    cut = (rows, slice(0, width))  # the micro-batch's rows, without its padding-only columns
+                    old = logp.detach() if old_logp is None else old_logp[cut]
+                    token_loss, clipped = algos.clipped_surrogate(
+                        logp, old, advantages[cut], train.epsilon_low, train.epsilon_high
+                    )
+                    if bonus:
+                        token_loss = algos.entropy_bonus(token_loss, entropy, train.entropy_coef)
+                        entropy = entropy.detach()
+                    if ref_logp is not None:
+                        kl = algos.kl_k3(logp, ref_logp[cut])
+                        token_loss = token_loss + train.beta * kl
+                        if epoch == 0:
+                            sums["kl"] += (kl.detach() * mask[cut]).sum().item()
+                    loss = algos.aggregate_loss(
+                        token_loss, mask[cut], train.loss_aggregation, self.config.rollout.max_new_tokens,
+                        total_tokens, total_sequences,
+                    )
+                    loss.backward()
+                epoch_loss += loss.item()
+                if epoch == 0:
+                    sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
+                    sums["entropy"] += (entropy * mask[cut]).sum().item()
+            grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
+            if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
+                skipped = True
+                sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
+                self._skip_update(epoch_loss, grad_norm)
+                break
+            self.optimizer.step()
+            self.bad_steps = 0
+            sums["loss"] += epoch_loss / train.ppo_epochs
+        self.optimizer.zero_grad(set_to_none=True)
+        tokens = max(mask.sum().item(), 1.0)
+        return {
+            "loss": sums["loss"], "grad_norm": grad_norm, "clip_fraction": sums["clipped"] / tokens,
+            "kl": sums["kl"] / tokens if ref_logp is not None else float("nan"),
+            "entropy": sums["entropy"] / tokens, "learning_rate": self.optimizer.param_groups[0]["lr"],
+            "update_skipped": int(skipped),
+        }
+
+    def _skip_update(self, loss: float, grad_norm: float) -> None:
+        """Drop the gradients of a non-finite step (weights and optimizer state stay as they were)
+        and count it; `train_step` stops the run after train.max_bad_steps such steps in a row."""
+        self.skipped_updates += 1
+        self.bad_steps += 1
+        self.optimizer.zero_grad(set_to_none=True)
+        print(f"[fspo_lite] step {self.step_index + 1}: non-finite loss {loss} or grad norm {grad_norm}; "
+              f"update skipped ({self.bad_steps} in a row)")
+
+    def _stop_if_diverged(self) -> None:
+        if self.bad_steps >= self.config.train.max_bad_steps:
+            raise TrainingError(
+                f"{self.bad_steps} consecutive steps had a non-finite loss or gradient "
+                f"(train.max_bad_steps={self.config.train.max_bad_steps}); lower the learning rate or check the data"
+            )
+
+
+def describe(trainer: Trainer) -> str:
+    trainable, total = trainable_parameter_count(trainer.model)
+    return (f"{trainer.config.model.name}: {trainable:,} trainable of {total:,} parameters; "
+            f"{len(trainer.examples)} training questions; method {trainer.config.reward.method}")

@@ -8,7 +8,6 @@ to a default.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import types
@@ -18,6 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from fspo_lite.algos import LOSS_AGGREGATIONS
+
+FORMAT_INSTRUCTION = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
+"""The reply format every prompt asks for: the default `data.system_prompt` and the prompt sweep's prompts end with
+it (fspo_lite.text parses that format)."""
 
 
 @dataclass
@@ -65,10 +70,7 @@ class DataConfig:
     skip_bad_rows: bool = False
     """Skip malformed rows of a data file and report how many, instead of stopping at the first one
     with an error naming its file, line and field."""
-    system_prompt: str = (
-        "You are a careful assistant. Think inside <think> </think>, then give the final answer inside "
-        "<answer> </answer>."
-    )
+    system_prompt: str = f"You are a careful assistant. {FORMAT_INSTRUCTION}"
     few_shot: int = 2
     """Worked examples shown as earlier chat turns (0-2); small models need them to use the tags."""
     response_prefix: str = "<think>"
@@ -788,7 +790,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "reward.claim_extractor": ("rules", "llm"),
     "caution.variant": ("both", "fact", "caution", "fact_then_caution"),
     "rlfh.granularity": ("token", "sentence", "paragraph"),
-    "train.loss_aggregation": ("token-mean", "seq-mean-token-mean", "dr_grpo"),
+    "train.loss_aggregation": LOSS_AGGREGATIONS,
     "evaluation.judge": ("similarity", "overlap", "llm"),
     "detail.relevance_judge": ("llm",),
 }
@@ -871,10 +873,6 @@ def validate_band(band: Any, key: str = "--band") -> list[float]:
           and 0 <= band[0] <= band[1] <= 1)
     _check(ok, key, band, "two numbers LOW,HIGH with 0 <= LOW <= HIGH <= 1, e.g. 0.2,0.8")
     return [float(band[0]), float(band[1])]
-
-
-def config_json(config: Config) -> str:
-    return json.dumps(config.to_dict(), indent=2, sort_keys=False)
 
 
 def parse_overrides(texts: list[str]) -> dict[str, Any]:

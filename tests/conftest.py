@@ -80,6 +80,22 @@ def metaspace_tokenizer():
     return wrapped
 
 
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Tripwires on the ways a command reaches a model (the trainer's and the evaluation's loaders, the difficulty
+    filter's run): a test using it fails if a model would load before the settings were checked."""
+    from fspo_lite.drivers import filtering
+    from fspo_lite.evaluation import harness
+    from fspo_lite.update import trainer
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a model was loaded before the settings were checked")
+
+    monkeypatch.setattr(trainer, "load_policy", forbidden)
+    monkeypatch.setattr(harness, "load_eval_model", forbidden)
+    monkeypatch.setattr(filtering, "run_filter", forbidden)
+
+
 @pytest.fixture(scope="session")
 def tiny_policy():
     from fspo_lite.config import ModelConfig

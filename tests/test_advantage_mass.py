@@ -123,8 +123,15 @@ def test_the_trainer_logs_the_advantage_mass(tmp_path, tiny_policy, monkeypatch)
 
 
 def test_the_report_draws_the_regions_the_trainer_logs():
-    # the report keeps its own copy of the region names (it draws from summary files without importing torch)
-    from fspo_lite.scoring.advantage_mass import REGIONS
-    from fspo_lite.drivers.report.plots import MASS_REGIONS
+    """The advantage-mass figure has one stacked segment (left) and one group of bars (right) per region of REGIONS,
+    in its order, read from the columns the trainer logs."""
+    import pandas as pd
 
-    assert MASS_REGIONS == REGIONS
+    from fspo_lite.drivers.report import plot_advantage_mass
+
+    rows = [{"method": method, "seed": 0, "step": 1, **{f"adv_abs_share/{r}": 0.2 for r in REGIONS},
+             **{f"adv_signed_share/{r}": 0.1 for r in REGIONS}} for method in ("grpo", "fspo")]
+    left, right = plot_advantage_mass(pd.DataFrame(rows)).axes
+    assert left.get_legend_handles_labels()[1] == list(REGIONS)
+    assert [label.get_text() for label in right.get_xticklabels()] == list(REGIONS)
+    assert right.get_legend_handles_labels()[1] == ["grpo", "fspo"]

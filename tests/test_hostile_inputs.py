@@ -19,25 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fspo_lite.update import trainer as trainer_module
 from fspo_lite.__main__ import main as cli_main
 from fspo_lite.config import (CHOICES, NUMBER_RANGES, Config, ConfigError, load_config, numeric_keys,
                               validate_config)
 from fspo_lite.data.examples import DataError, load_examples, read_rows
-from fspo_lite.evaluation import harness as harness_module
 from fspo_lite.text import SEGMENTER_MARKERS, sentence_spans
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a model was loaded before the settings were checked")
-
-    monkeypatch.setattr(trainer_module, "load_policy", forbidden)
-    monkeypatch.setattr(harness_module, "load_eval_model", forbidden)
 
 
 def one_line_error(capsys, argv) -> str:

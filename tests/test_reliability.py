@@ -20,8 +20,6 @@ import pytest
 import torch
 
 from fspo_lite import algos
-from fspo_lite.drivers import filtering as filtering_module
-from fspo_lite.update import trainer as trainer_module
 from fspo_lite.__main__ import main as cli_main
 from fspo_lite.update.checkpoint import CheckpointError, verify_checkpoint
 from fspo_lite.config import ConfigError, load_config
@@ -371,15 +369,6 @@ def test_entropy_coef_subtracts_coef_times_the_mean_entropy_from_the_loss(tmp_pa
 
 
 # ---------------------------------------------------------------- 6. command-line errors
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a model was loaded before the config was checked")
-
-    monkeypatch.setattr(trainer_module, "load_policy", forbidden)
-    monkeypatch.setattr(filtering_module, "run_filter", forbidden)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -204,11 +204,11 @@ def test_study_cells_and_statistics_by_hand(tmp_path):
 
 
 def test_study_report_files_and_goal(tmp_path):
-    from fspo_lite.drivers.report import study_report
+    from fspo_lite.drivers.report import Bootstrap, Study, study_report
 
     runs = _study_runs(tmp_path / "runs")
-    out = study_report(runs, tmp_path / "results", tmp_path / "figures", "study_", ["base", "grpo", "fspo"],
-                       n_resamples=100, settings={"questions": 2})
+    out = study_report(Study(runs, ["base", "grpo", "fspo"], figures_dir=tmp_path / "figures", prefix="study_",
+                             results_dir=tmp_path / "results"), Bootstrap(n_resamples=100), settings={"questions": 2})
     text = (tmp_path / "results" / "summary.md").read_text()
     assert "| step_hallucination@embedding | 75.0 [" in text  # base: 6 of 8 (3 unsupported x2 + supported x2)
     assert "fspo - grpo" in text and "| lexical |" in text and "matched length" in text
@@ -304,15 +304,15 @@ def test_detail_arm_check_met_holds_and_no():
 def test_study_report_answers_the_detail_arm_question(tmp_path):
     """fspo+detail (2 seeds): q1 wrong with one supported and one unsupported sentence, q2 right with one
     supported: per response 1.0 supported (grpo 0.5, fspo 0.5) and 0.5 unsupported (grpo 1.0, fspo 0.5)."""
-    from fspo_lite.drivers.report import study_report
+    from fspo_lite.drivers.report import Bootstrap, Study, study_report
 
     runs = _study_runs(tmp_path / "runs")
     wrong = ("q1", "INCORRECT", {"embedding": [1, -1], "lexical": [0, -1]}, 20)
     right = ("q2", "CORRECT", {"embedding": [1], "lexical": [0]}, 10)
     for seed in (0, 1):
         _write_run(runs, f"fspo_detail_s{seed}", "fspo+detail", seed, [wrong, wrong, right, right])
-    out = study_report(runs, tmp_path / "results", tmp_path / "figures", "study_",
-                       ["base", "grpo", "fspo", "fspo+detail"], n_resamples=100)
+    out = study_report(Study(runs, ["base", "grpo", "fspo", "fspo+detail"], figures_dir=tmp_path / "figures",
+                             prefix="study_", results_dir=tmp_path / "results"), Bootstrap(n_resamples=100))
     row = {r["judge"]: r for r in out["detail_arm"]}["embedding"]
     assert row["supported_arm"] == pytest.approx(0.5) and row["unsupported_arm"] == pytest.approx(-0.5)
     assert row["supported_vs_reference"] == pytest.approx(0.5) and row["unsupported_vs_reference"] == 0.0

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from fspo_lite.data.examples import QAExample
 
-FORMAT_INSTRUCTION = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
-
 QA_DEMONSTRATIONS = (
     ("Who wrote the novel Moby-Dick?",
      "<think>Moby-Dick is an American novel published in 1851. It was written by Herman Melville.</think>\n"

@@ -22,6 +22,7 @@ from typing import Sequence
 
 from fspo_lite.drivers.base_samples import (QuestionCache, QuestionStats, base_engine, probe, probe_settings,
                                             training_questions)
+from fspo_lite.drivers.figures import headless_pyplot, save_and_close
 
 FILTER_KIND = "difficulty-filter"
 
@@ -76,11 +77,7 @@ def run_filter(config, samples: int | None = None, top: int | None = None, band:
 
 def plot_filter(result: FilterResult, path: str | Path, title: str = "") -> Path:
     """Histogram of per-question success rates, kept questions highlighted."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = headless_pyplot()
     kept = set(result.kept_ids)
     rates_kept = [s.success_rate for i, s in result.stats.items() if i in kept]
     rates_dropped = [s.success_rate for i, s in result.stats.items() if i not in kept]
@@ -93,9 +90,4 @@ def plot_filter(result: FilterResult, path: str | Path, title: str = "") -> Path
     ax.set_ylabel("questions")
     ax.set_title(title or f"difficulty filter: kept {result.kept_share:.0%} of {len(result.stats)} questions")
     ax.legend()
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_and_close(fig, path)

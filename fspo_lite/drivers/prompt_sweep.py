@@ -15,22 +15,24 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fspo_lite.config import FORMAT_INSTRUCTION, DataConfig
 from fspo_lite.data.examples import portable_spec
 from fspo_lite.drivers.base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
+from fspo_lite.drivers.figures import headless_pyplot, save_and_close
 
-FORMAT = "Think inside <think> </think>, then give the final answer inside <answer> </answer>."
 BUILTIN_PROMPTS = {  # from cautious to bold
     "very_cautious": "You are a very careful assistant. Answer only if you are certain; if you have any doubt, the "
-                     f"answer must be Unknown. {FORMAT} Write <answer>Unknown</answer> when you are not certain.",
+                     f"answer must be Unknown. {FORMAT_INSTRUCTION} Write <answer>Unknown</answer> when you are not "
+                     "certain.",
     "cautious": "You are a careful assistant. Answer only when you are confident. If you are not sure, write "
-                f"<answer>Unknown</answer>. {FORMAT}",
+                f"<answer>Unknown</answer>. {FORMAT_INSTRUCTION}",
     "balanced": "You are a hardworking assistant. Try your best to find the correct answer; if you really do not "
-                f"know, write <answer>Unknown</answer>. {FORMAT}",
-    "default": f"You are a careful assistant. {FORMAT}",
+                f"know, write <answer>Unknown</answer>. {FORMAT_INSTRUCTION}",
+    "default": DataConfig().system_prompt,
     "guess": "You are a hardworking assistant. Make an educated guess when you do not have complete information. "
-             f"{FORMAT}",
+             f"{FORMAT_INSTRUCTION}",
     "bold": "You are a confident expert. Always give a specific answer, never say you do not know. "
-            f"{FORMAT}",
+            f"{FORMAT_INSTRUCTION}",
 }
 
 
@@ -113,11 +115,7 @@ def save_sweep(results: list[PromptResult], path: str | Path, settings: dict) ->
 
 def plot_frontier(results: list[PromptResult], path: str | Path, title: str = "") -> Path:
     """Correct vs not-attempted per prompt, the frontier joined by a line."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = headless_pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     points: dict[tuple[float, float], list[PromptResult]] = {}
     for r in results:  # prompts with the same rates share one point and one label
@@ -133,9 +131,4 @@ def plot_frontier(results: list[PromptResult], path: str | Path, title: str = ""
     ax.set_xlim(-0.02, max(0.2, max(r.not_attempted_rate for r in results) * 1.15))
     ax.set_ylim(-0.02, max(0.2, max(r.correct_rate for r in results) * 1.15))
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_and_close(fig, path)

@@ -1,4 +1,4 @@
-"""Figures of an evaluation table: headline metrics per benchmark, and the k-sample decomposition."""
+"""Figures of an evaluation table: headline metrics per benchmark, and the k-sample decomposition per benchmark."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def plot_headline(table, ax=None, title: str = ""):
     return ax
 
 
-def plot_decomposition(table, ax=None, title: str = ""):
-    """One stacked bar per benchmark: percent of questions in each decomposition class (seed 004's table)."""
+def plot_decomposition_by_benchmark(table, ax=None, title: str = ""):
+    """One stacked bar per benchmark of one evaluation table: percent of questions in each decomposition class (seed
+    004's table). The study's per-method view is fspo_lite.drivers.report.plot_decomposition_by_method."""
     import matplotlib.pyplot as plt
 
     rows = table[table.metric.str.startswith("decomp_")]

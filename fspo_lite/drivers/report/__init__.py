@@ -7,31 +7,33 @@
 - `render`: summary.md rendered from summary.json (and the blind audit's audit.json), with the verdict on top;
 - `plots`: the figures.
 
-`from fspo_lite.drivers import report` then `report.summarize(...)`, `report.study_report(...)`: the names below.
+`from fspo_lite.drivers import report` then `report.summarize(...)`, `report.study_report(report.Study(...))`: the
+names below.
 """
 
 from fspo_lite.drivers.report.lite import (CURVES, HELDOUT_METRICS, OTHER_METRICS, PER_RESPONSE, QA_METRICS,
                                            TRAINING_DIAGNOSTICS, flip_example, goal_check, load_heldout,
                                            load_training, summarize, summary_markdown, training_diagnostics)
-from fspo_lite.drivers.report.plots import (plot_accuracy_vs_hallucination, plot_advantage_mass, plot_decomposition,
-                                            plot_flip, plot_forest, plot_judges, plot_supported_unsupported,
-                                            plot_training_curves)
+from fspo_lite.drivers.report.plots import (plot_accuracy_vs_hallucination, plot_advantage_mass,
+                                            plot_decomposition_by_method, plot_flip, plot_forest, plot_judges,
+                                            plot_supported_unsupported, plot_training_curves)
 from fspo_lite.drivers.report.render import summary_document, verdict, verdict_markdown, write_summary
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal,
                                             detail_arm_check, is_share, judge_labels, judges_of, length_stratum,
                                             load_responses, matched_length, metric_cells, metric_scale,
                                             other_benchmark_cells, pair_differences, study_statistics)
-from fspo_lite.drivers.report.summary import (detail_answer, detail_markdown, direction, format_interval,
-                                              metric_order, say_less_reading, study_markdown, study_report)
+from fspo_lite.drivers.report.summary import (Bootstrap, Study, detail_answer, detail_markdown, direction,
+                                              format_interval, metric_order, say_less_reading, study_markdown,
+                                              study_report)
 
 __all__ = [
-    "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "OTHER_METRICS", "PERCENT_METRICS",
-    "PER_RESPONSE", "QA_METRICS", "TRAINING_DIAGNOSTICS", "caution_goal", "detail_answer", "detail_arm_check",
-    "detail_markdown", "direction", "flip_example", "format_interval", "goal_check", "is_share", "judge_labels",
-    "judges_of", "length_stratum", "load_heldout", "load_responses", "load_training", "matched_length", "metric_cells",
-    "metric_order", "metric_scale", "other_benchmark_cells", "pair_differences", "plot_accuracy_vs_hallucination",
-    "plot_advantage_mass", "plot_decomposition", "plot_flip", "plot_forest", "plot_judges",
-    "plot_supported_unsupported", "plot_training_curves", "say_less_reading", "study_markdown", "study_report",
-    "study_statistics", "summarize", "summary_document", "summary_markdown", "training_diagnostics", "verdict",
-    "verdict_markdown", "write_summary",
+    "Bootstrap", "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "OTHER_METRICS",
+    "PERCENT_METRICS", "PER_RESPONSE", "QA_METRICS", "Study", "TRAINING_DIAGNOSTICS", "caution_goal",
+    "detail_answer", "detail_arm_check", "detail_markdown", "direction", "flip_example", "format_interval",
+    "goal_check", "is_share", "judge_labels", "judges_of", "length_stratum", "load_heldout", "load_responses",
+    "load_training", "matched_length", "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells",
+    "pair_differences", "plot_accuracy_vs_hallucination", "plot_advantage_mass", "plot_decomposition_by_method",
+    "plot_flip", "plot_forest", "plot_judges", "plot_supported_unsupported", "plot_training_curves",
+    "say_less_reading", "study_markdown", "study_report", "study_statistics", "summarize", "summary_document",
+    "summary_markdown", "training_diagnostics", "verdict", "verdict_markdown", "write_summary",
 ]

@@ -10,9 +10,11 @@ from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.drivers.figures import save_png
 from fspo_lite.drivers.report.lite import CURVES
 from fspo_lite.drivers.report.study import is_share, metric_scale
 from fspo_lite.evaluation.metrics import DECOMPOSITION
+from fspo_lite.scoring.advantage_mass import REGIONS
 
 
 def pyplot():
@@ -23,11 +25,39 @@ def pyplot():
 
 
 def save_figure(fig, path: str | Path | None):
-    """Write the figure to `path` (its folder made) when a path is given; return the figure."""
+    """Lay the figure out and write it to `path` (`save_png`, cropped to what is drawn) when a path is given;
+    return the figure."""
+    fig.tight_layout()
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        save_png(fig, path, tight_box=True)
     return fig
+
+
+def method_order(table: pd.DataFrame, order: Sequence[str] | None) -> list[str]:
+    """The methods to draw: those of `order` (default: the table's, as they appear) that the table holds."""
+    return [m for m in (order or table["method"].unique()) if m in set(table["method"])]
+
+
+def method_row(table: pd.DataFrame, metric: str, method: str) -> pd.Series | None:
+    """The row of a (metric, method) long table, or None when there is none."""
+    rows = table[(table["metric"] == metric) & (table["method"] == method)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def grouped_bars(ax, groups: Sequence[str], methods: Sequence[str], bar) -> None:
+    """One group of bars per entry of `groups` (its x tick label), one bar per method in colour C<k>, named in the
+    legend by the first group. `bar(method, group)` gives (height, error below, error above), or None for no bar."""
+    width = 0.8 / max(len(methods), 1)
+    for k, method in enumerate(methods):
+        for j, group in enumerate(groups):
+            value = bar(method, group)
+            if value is None:
+                continue
+            height, below, above = value
+            ax.bar(j + k * width, height, width, color=f"C{k}", label=method if j == 0 else None,
+                   yerr=[[below], [above]], capsize=3)
+    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(groups))])
+    ax.set_xticklabels(groups)
 
 
 def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None, order: Sequence[str] | None = None):
@@ -35,7 +65,7 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
     shaded between the lowest and highest seed."""
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
-    methods = [m for m in (order or training["method"].unique()) if m in set(training["method"])]
+    methods = method_order(training, order)
     from matplotlib.ticker import MaxNLocator
 
     for ax, (key, label) in zip(axes.flat, CURVES):
@@ -55,7 +85,6 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
         ax.set_title(label)
         ax.set_xlabel("step")
     axes.flat[0].legend()
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -65,7 +94,7 @@ def plot_accuracy_vs_hallucination(heldout: pd.DataFrame, path: str | Path | Non
     with bars spanning the seeds."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    methods = [m for m in (order or heldout["method"].unique()) if m in set(heldout["method"])]
+    methods = method_order(heldout, order)
     for method in methods:
         rows = heldout[heldout["method"] == method]
         x, y = 100 * rows["step_hallucination"], 100 * rows["accuracy"]
@@ -76,12 +105,12 @@ def plot_accuracy_vs_hallucination(heldout: pd.DataFrame, path: str | Path | Non
     ax.set_xlabel("held-out step-level hallucination (% of judged sentences)")
     ax.set_ylabel("held-out answer accuracy (%)")
     ax.legend()
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
-def plot_decomposition(table: pd.DataFrame, path: str | Path | None = None):
-    """Stacked bars of the k-sample decomposition per method (mean over seeds)."""
+def plot_decomposition_by_method(table: pd.DataFrame, path: str | Path | None = None):
+    """Stacked bars of the k-sample decomposition per method (mean over seeds; `summarize`'s table). One evaluation's
+    view per benchmark is fspo_lite.evaluation.plots.plot_decomposition_by_benchmark."""
     plt = pyplot()
     colors = ("#2a9d3f", "#9fd39b", "#f2c14e", "#9e9e9e", "#d1495b")
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -92,7 +121,6 @@ def plot_decomposition(table: pd.DataFrame, path: str | Path | None = None):
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_ylabel("% of held-out questions")
     ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -114,7 +142,6 @@ def plot_flip(record: dict, path: str | Path | None = None):
                                 fontsize=7)
     fig.suptitle(f"Q: {record['question']}  (gold: {', '.join(record['gold'][:2])}; reward {record['reward']:.2f})",
                  fontsize=10)
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -154,10 +181,9 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
         for i, metric in enumerate(group):
             first = position
             for k, method in enumerate(methods):
-                row = differences[(differences["metric"] == metric) & (differences["method"] == method)]
-                if row.empty:
+                row = method_row(differences, metric, method)
+                if row is None:
                     continue
-                row = row.iloc[0]
                 scale = metric_scale(metric)
                 ax.errorbar(row["diff"] * scale, -position, xerr=[[(row["diff"] - row["low"]) * scale],
                                                                   [(row["high"] - row["diff"]) * scale]],
@@ -175,7 +201,6 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -183,24 +208,18 @@ def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | 
                 order: Sequence[str] | None = None):
     """Step hallucination per judge and method (mean over seeds with its interval), one group of bars per judge."""
     plt = pyplot()
-    methods = [m for m in (order or methods_table["method"].unique()) if m in set(methods_table["method"])]
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(judges), 4))
-    width = 0.8 / max(len(methods), 1)
-    for k, method in enumerate(methods):
-        for j, judge in enumerate(judges):
-            row = methods_table[(methods_table["metric"] == f"step_hallucination@{judge}")
-                                & (methods_table["method"] == method)]
-            if row.empty or math.isnan(row.iloc[0]["mean"]):
-                continue
-            r = row.iloc[0]
-            low, high = (0.0, 0.0) if math.isnan(r["low"]) else (r["mean"] - r["low"], r["high"] - r["mean"])
-            ax.bar(j + k * width, 100 * r["mean"], width, color=f"C{k}", label=method if j == 0 else None,
-                   yerr=[[100 * low], [100 * high]], capsize=3)
-    ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(judges))])
-    ax.set_xticklabels(judges)
+
+    def bar(method, judge):
+        r = method_row(methods_table, f"step_hallucination@{judge}", method)
+        if r is None or math.isnan(r["mean"]):
+            return None
+        low, high = (0.0, 0.0) if math.isnan(r["low"]) else (r["mean"] - r["low"], r["high"] - r["mean"])
+        return 100 * r["mean"], 100 * low, 100 * high
+
+    grouped_bars(ax, judges, method_order(methods_table, order), bar)
     ax.set_ylabel("step hallucination (% of checkable sentences)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, path)
 
 
@@ -209,18 +228,14 @@ def plot_supported_unsupported(methods_table: pd.DataFrame, judges: Sequence[str
     """Supported against unsupported reasoning sentences per response, one panel per judge: each method's mean over
     seeds with its interval on both axes. Up and to the left is "more right"; down and to the left is "says less"."""
     plt = pyplot()
-    methods = [m for m in (order or methods_table["method"].unique()) if m in set(methods_table["method"])]
+    methods = method_order(methods_table, order)
     fig, axes = plt.subplots(1, max(len(judges), 1), figsize=(4.2 * max(len(judges), 1), 4), squeeze=False)
     for ax, judge in zip(axes[0], judges):
         for k, method in enumerate(methods):
-            cells = {}
-            for kind in ("supported", "unsupported"):
-                row = methods_table[(methods_table["metric"] == f"{kind}_per_response@{judge}")
-                                    & (methods_table["method"] == method)]
-                cells[kind] = None if row.empty else row.iloc[0]
-            if cells["supported"] is None or cells["unsupported"] is None:
+            x, y = (method_row(methods_table, f"{kind}_per_response@{judge}", method)
+                    for kind in ("unsupported", "supported"))
+            if x is None or y is None:
                 continue
-            x, y = cells["unsupported"], cells["supported"]
             ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["low"]], [x["high"] - x["mean"]]],
                         yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o", color=f"C{k}",
                         capsize=3, label=method)
@@ -228,42 +243,36 @@ def plot_supported_unsupported(methods_table: pd.DataFrame, judges: Sequence[str
         ax.set_xlabel("unsupported sentences per response")
         ax.set_ylabel("supported sentences per response")
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, path)
-
-
-MASS_REGIONS = ("supported", "unsupported", "unchecked", "answer", "other")
-"""The regions of fspo_lite.scoring.advantage_mass.REGIONS, in its order (the report does not import the trainer's side)."""
 
 
 def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, order: Sequence[str] | None = None):
     """Where the gradient goes, per method (mean over steps and seeds of the trainer's `adv_abs_share/<region>` and
     `adv_signed_share/<region>`): left, the share of sum |A| on each region (stacked to 1); right, the net push
-    sum A / sum |A| on each region (bars: the lowest and highest seed)."""
+    sum A / sum |A| on each region (bars: the lowest and highest seed). The regions are
+    fspo_lite.scoring.advantage_mass.REGIONS, the names the trainer logs."""
     plt = pyplot()
-    methods = [m for m in (order or training["method"].unique()) if m in set(training["method"])
-               and f"adv_abs_share/{MASS_REGIONS[0]}" in training]
+    methods = method_order(training, order) if f"adv_abs_share/{REGIONS[0]}" in training else []
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
-    width = 0.8 / max(len(methods), 1)
     for k, method in enumerate(methods):
         runs = training[training["method"] == method]
         bottom = 0.0
-        for r, region in enumerate(MASS_REGIONS):
+        for r, region in enumerate(REGIONS):
             abs_share = runs.groupby("seed")[f"adv_abs_share/{region}"].mean()
             left.bar(k, abs_share.mean(), 0.6, bottom=bottom, color=f"C{r}", label=region if k == 0 else None)
             bottom += abs_share.mean()
-            signed = runs.groupby("seed")[f"adv_signed_share/{region}"].mean()
-            mean = signed.mean()
-            right.bar(r + k * width, mean, width, color=f"C{k}", label=method if r == 0 else None,
-                      yerr=[[mean - signed.min()], [signed.max() - mean]], capsize=3)
+
+    def net_push(method, region):
+        signed = training[training["method"] == method].groupby("seed")[f"adv_signed_share/{region}"].mean()
+        mean = signed.mean()
+        return mean, mean - signed.min(), signed.max() - mean
+
+    grouped_bars(right, REGIONS, methods, net_push)
     left.set_xticks(range(len(methods)))
     left.set_xticklabels(methods)
     left.set_ylabel("share of sum |A| over tokens")
     left.legend(fontsize=8, loc="upper right")
     right.axhline(0, color="black", linewidth=0.8)
-    right.set_xticks([r + width * (len(methods) - 1) / 2 for r in range(len(MASS_REGIONS))])
-    right.set_xticklabels(MASS_REGIONS)
     right.set_ylabel("sum A / sum |A| (net push up > 0)")
     right.legend(fontsize=8)
-    fig.tight_layout()
     return save_figure(fig, path)

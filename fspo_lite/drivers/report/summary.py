@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -267,45 +268,73 @@ def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | N
                                                   f"mean over seeds with its {level:.0%} bootstrap interval")
 
 
-def study_report(runs_dir: str | Path, results_dir: str | Path, figures_dir: str | Path, prefix: str,
-                 order: Sequence[str], baseline: str = "grpo", n_resamples: int = 2000, seed: int = 0,
-                 level: float = 0.95, settings: dict | None = None, title: str | None = None,
-                 write_markdown: bool = True, detail_arm: tuple[str, str] = DETAIL_ARM) -> dict:
-    """Everything above from a runs folder: the tables, <results_dir>/summary.md (when write_markdown) and
+@dataclass(frozen=True)
+class Study:
+    """What a study report reads and where it writes: notebook 04's parameters."""
+
+    runs_dir: str | Path
+    order: Sequence[str]
+    """The methods, in the tables' order."""
+    baseline: str = "grpo"
+    """The method every other one is compared with."""
+    figures_dir: str | Path = "figures"
+    prefix: str = ""
+    """Of the figure file names: <prefix>paired_differences.png, ..."""
+    results_dir: str | Path | None = None
+    """Where summary.md is written; None: the markdown is only returned."""
+    detail_arm: tuple[str, str] = DETAIL_ARM
+    """(arm, the method it adds the detail term to); when both were run, the summary answers the detail arm's
+    question (`detail_arm_check`)."""
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """The intervals' settings (docs/statistics.md)."""
+
+    n_resamples: int = 2000
+    seed: int = 0
+    """Seeds the bootstrap's random draws."""
+    level: float = 0.95
+
+
+def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dict | None = None,
+                 title: str | None = None) -> dict:
+    """Everything above from a runs folder: the tables, <results_dir>/summary.md (when a results_dir is given) and
     summary.json's "statistics" part (returned), <figures_dir>/<prefix>paired_differences.png and
     <prefix>step_hallucination_by_judge.png, <prefix>supported_vs_unsupported.png and, for runs that logged it,
-    <prefix>advantage_mass.png. `detail_arm`: (arm, the method it adds the detail term to); when
-    both were run, the summary answers the detail arm's question (`detail_arm_check`)."""
-    responses = load_responses(runs_dir)
+    <prefix>advantage_mass.png. `settings` and `title` go to the markdown (`study_markdown`)."""
+    boot = asdict(bootstrap)  # n_resamples, seed, level: the keywords of the statistics functions
+    responses = load_responses(study.runs_dir)
     judges = judges_of(responses)
-    cells = metric_cells(responses, runs_dir)
-    tables = study_statistics(cells, order, baseline, n_resamples, seed, level)
-    matched = matched_length(responses, baseline, n_resamples=n_resamples, seed=seed, level=level)
+    cells = metric_cells(responses, study.runs_dir)
+    tables = study_statistics(cells, study.order, study.baseline, **boot)
+    matched = matched_length(responses, study.baseline, **boot)
     goal = caution_goal(tables["differences"]) if len(tables["differences"]) else pd.DataFrame()
     detail = pd.DataFrame()
-    if len(tables["differences"]) and set(detail_arm) <= set(tables["differences"]["method"]):
+    if len(tables["differences"]) and set(study.detail_arm) <= set(tables["differences"]["method"]):
         counts = [f"{kind}_per_response@{j}" for j in judges for kind in ("supported", "unsupported")]
-        versus = pair_differences(cells, counts, *detail_arm, n_resamples, seed, level)
-        detail = detail_arm_check(tables["differences"], versus, judges, *detail_arm)
-    text = study_markdown(tables, matched, goal, judges, order, settings, n_resamples, level,
-                          **({"title": title} if title else {}), detail=detail)
+        versus = pair_differences(cells, counts, *study.detail_arm, **boot)
+        detail = detail_arm_check(tables["differences"], versus, judges, *study.detail_arm)
+    text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
+                          bootstrap.level, **({"title": title} if title else {}), detail=detail)
     figures = {}
+
+    def figure(name: str) -> str:
+        figures[name] = str(Path(study.figures_dir) / f"{study.prefix}{name}.png")
+        return figures[name]
+
     if len(tables["differences"]):
-        figures["paired_differences"] = str(Path(figures_dir) / f"{prefix}paired_differences.png")
-        plot_paired_differences(tables["differences"], matched, judges, figures["paired_differences"], level)
+        plot_paired_differences(tables["differences"], matched, judges, figure("paired_differences"), bootstrap.level)
     if judges:
-        figures["step_hallucination_by_judge"] = str(Path(figures_dir) / f"{prefix}step_hallucination_by_judge.png")
-        plot_judges(tables["methods"], judges, figures["step_hallucination_by_judge"], order)
-        figures["supported_vs_unsupported"] = str(Path(figures_dir) / f"{prefix}supported_vs_unsupported.png")
-        plot_supported_unsupported(tables["methods"], judges, figures["supported_vs_unsupported"], order)
-    training = load_training(runs_dir)
+        plot_judges(tables["methods"], judges, figure("step_hallucination_by_judge"), study.order)
+        plot_supported_unsupported(tables["methods"], judges, figure("supported_vs_unsupported"), study.order)
+    training = load_training(study.runs_dir)
     if "adv_abs_share/supported" in training:  # runs trained since the trainer logs the advantage mass
-        figures["advantage_mass"] = str(Path(figures_dir) / f"{prefix}advantage_mass.png")
-        plot_advantage_mass(training, figures["advantage_mass"], order)
-    if write_markdown:
-        Path(results_dir).mkdir(parents=True, exist_ok=True)
-        (Path(results_dir) / "summary.md").write_text(text)
-    return {"markdown": text, "judges": judges, "n_resamples": n_resamples, "seed": seed, "level": level,
+        plot_advantage_mass(training, figure("advantage_mass"), study.order)
+    if study.results_dir is not None:
+        Path(study.results_dir).mkdir(parents=True, exist_ok=True)
+        (Path(study.results_dir) / "summary.md").write_text(text)
+    return {"markdown": text, "judges": judges, **boot,
             "methods": json.loads(tables["methods"].to_json(orient="records")),
             "differences": json.loads(tables["differences"].to_json(orient="records")),
             "matched_length": json.loads(matched.to_json(orient="records")),

@@ -26,7 +26,6 @@ GREEK = frozenset(
     "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho "
     "sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Upsilon Phi Psi Omega".split()
 )
-SYMBOL_NAMES = GREEK | frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 _IGNORED_MACROS = frozenset({"left", "right", "displaystyle", "big", "Big", "bigg", "Bigg", "mathrm", "mathit"})
 _UNICODE = {"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt "}
 _OPERATORS = set("+-*/^!()[]{},|_")

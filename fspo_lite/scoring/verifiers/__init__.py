@@ -30,8 +30,6 @@ VERIFIERS = {
     "llm": LLMJudgeVerifier,
     "kb": KBVerifier,
 }
-OFFLINE_VERIFIERS = ("lexical", "embedding", "likelihood", "llm", "kb")
-"""Verifiers that work with no network (likelihood and llm with their default, the bundled SmolLM2)."""
 
 
 def build_verifier(config) -> Verifier:
@@ -46,5 +44,5 @@ def build_verifier(config) -> Verifier:
 __all__ = [
     "Verifier", "LexicalVerifier", "EmbeddingVerifier", "CrossEncoderVerifier", "HHEMVerifier", "LLMJudgeVerifier",
     "LikelihoodVerifier", "KBVerifier",
-    "build_verifier", "labels_from_scores", "pair_key", "VERIFIERS", "OFFLINE_VERIFIERS",
+    "build_verifier", "labels_from_scores", "pair_key", "VERIFIERS",
 ]

@@ -15,7 +15,7 @@ from fspo_lite.update import trainer as trainer_module
 from fspo_lite.config import load_config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.scoring.methods.klcf import CHECKLIST_KIND
-from fspo_lite.scoring.rewards import MethodSpec, parse_method
+from fspo_lite.scoring.plan import MethodSpec, parse_method
 from fspo_lite.update.trainer import Trainer
 from fspo_lite.logs.training_log import read_metrics
 

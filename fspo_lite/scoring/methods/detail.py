@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fspo_lite.scoring.llm import ChatModel, build_chat_model
+from fspo_lite.scoring.llm import ChatModel, ChatModelSettings, build_chat_model
 from fspo_lite.text import near_duplicate_flags
 
 
@@ -84,8 +84,7 @@ def build_relevance_judge(detail, verifier) -> ChatModel | None:
         return None
     if detail.relevance_judge != "llm":
         raise ValueError(f"detail.relevance_judge must be null or llm, got {detail.relevance_judge!r}")
-    return build_chat_model(detail.relevance_model, verifier.server_url, verifier.server_model, verifier.api_key_env,
-                            verifier.request_timeout, verifier.device, verifier.trust_remote_code, verifier.batch_size)
+    return build_chat_model(detail.relevance_model, ChatModelSettings.of(verifier), verifier.batch_size)
 
 
 def relevance_metrics(probabilities: list[float | None]) -> dict[str, float]:

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from fspo_lite.config import Config, ConfigError, load_config, split_method
+from fspo_lite.config import Config, ConfigError, DetailConfig, RewardConfig, load_config, split_method
 from fspo_lite.scoring.methods import REWARD_METHODS
 from fspo_lite.scoring.plan import MethodSpec, ScoringPlan, check_settings, parse_method, scoring_plan
 
@@ -35,7 +35,7 @@ def test_every_valid_method_by_hand():
     assert set(EVERY_METHOD) == set(REWARD_METHODS)
     for name, (source, flip, section) in EVERY_METHOD.items():
         assert parse_method(name) == MethodSpec(source, flip), name
-        plan = scoring_plan(Config().reward.__class__(method=name), Config().detail, verifier_present=True)
+        plan = scoring_plan(RewardConfig(method=name), DetailConfig(), verifier_present=True)
         assert (plan.source, plan.flip, plan.section) == (source, flip, section), name
 
 

@@ -100,8 +100,8 @@ class DetailTerms:
     """The detail and relevance terms of a step's responses (`detail_terms`)."""
 
     bonuses: torch.Tensor
-    """(N,) what the terms that are on add to each response's reward (the detail term's value even when it is off;
-    the caller adds it only when a term is on)."""
+    """(N,) the detail term (0 when it is off: both its weights are 0) plus the relevance term when that is on: what
+    the caller adds to each response's reward when either term is on."""
     counts: list[DetailCounts]
     """Each response's S, T and near-duplicates (always counted: the step's duplicate metric reads them)."""
     details: list[dict] = field(default_factory=list)

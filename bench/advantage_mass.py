@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 from fspo_lite.scoring.advantage_mass import REGIONS, advantage_mass, token_regions  # noqa: E402
 from fspo_lite.config import apply_overrides, load_config  # noqa: E402
-from fspo_lite.update.trainer import Trainer, advantages_from_scores, score_rollouts  # noqa: E402
+from fspo_lite.scoring.rewards import advantages_from_scores, score_rollouts  # noqa: E402
+from fspo_lite.update.trainer import Trainer  # noqa: E402
 from fspo_lite.scoring.verifiers import build_verifier  # noqa: E402
 
 STUDY_PROMPT = ("You are a careful assistant. Answer only when you are confident. If you are not sure, write "
@@ -57,7 +58,8 @@ def main(argv=None) -> int:
         for arm, (method, verifier_name) in ARMS.items():
             arm_config = load_config(None, {**shared, "reward.method": method, "verifier.name": verifier_name})
             scored = score_rollouts(per_response, rollout, trainer.tokenizer, arm_config, verifiers[verifier_name])
-            advantages, _ = advantages_from_scores(scored, rollout.completion_mask, arm_config)
+            advantages, _ = advantages_from_scores(scored, rollout.completion_mask, arm_config.rollout.group_size,
+                                                   arm_config.train.scale_by_std)
             regions = token_regions(scored.views, scored.verdicts, advantages.shape[1])
             per_arm[arm].append({"batch": batch, "reward_mean": float(scored.rewards.mean()),
                                  **advantage_mass(advantages, regions, rollout.completion_mask)})

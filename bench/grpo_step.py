@@ -17,7 +17,7 @@ peak RSS during that step. The model-loaded RSS of each worker is reported too.
 
 After the comparison, the fspo-lite worker runs --overhead-steps FSPO steps at natural length
 (no forced length, so responses end and their reasoning is verified). After each, it scores that
-step's responses again through the trainer's public `score_rollouts` + `advantages_from_scores`,
+step's responses again through `score_rollouts` + `advantages_from_scores` (fspo_lite.scoring.rewards),
 once as FSPO and once as GRPO without sentence verdicts; the difference (verification, sentence
 spans to tokens, the flip) is FSPO's extra work, reported against the rest of the step.
 
@@ -212,19 +212,21 @@ def step_examples(config, count: int):
 
 def scoring_seconds(trainer, config, repeats: int = 3) -> tuple[float, int]:
     """Seconds (fastest of `repeats`) to score the trainer's last rollout and turn the scores into token advantages
-    under `config` (fspo_lite.update.trainer's public `score_rollouts` and `advantages_from_scores`, as `train_step` calls
-    them), and the number of reasoning sentences the verifier labelled (supported or unsupported)."""
-    from fspo_lite.scoring.rewards import build_reward_tools
-    from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+    under `config` (fspo_lite.scoring.rewards' `score_rollouts` and `advantages_from_scores`, as `train_step` calls
+    them, with the run's tools and scoring plan made once), and the number of reasoning sentences the verifier
+    labelled (supported or unsupported)."""
+    from fspo_lite.scoring.plan import scoring_plan
+    from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
 
     examples, rollout = trainer.last_rollout
     per_response = [e for e in examples for _ in range(config.rollout.group_size)]
-    tools = build_reward_tools(config)
+    tools, plan = build_reward_tools(config), scoring_plan(config.reward, config.detail, trainer.verifier is not None)
     best, scored = float("inf"), None
     for _ in range(repeats):
         started = time.perf_counter()
-        scored = score_rollouts(per_response, rollout, trainer.tokenizer, config, trainer.verifier, tools=tools)
-        advantages_from_scores(scored, rollout.completion_mask, config)
+        scored = score_rollouts(per_response, rollout, trainer.tokenizer, config, trainer.verifier, tools=tools,
+                                plan=plan)
+        advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size, config.train.scale_by_std)
         best = min(best, time.perf_counter() - started)
     sentences = sum(1 for verdict in scored.verdicts for label in verdict.labels if label != 0)
     return best, sentences
@@ -287,9 +289,10 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
 
     from fspo_lite.models.policy import load_policy
     from fspo_lite.data.prompts import prompt_text
-    from fspo_lite.scoring.rewards import build_reward_tools
     from fspo_lite.rollout.transformers_rollout import Rollout
-    from fspo_lite.update.trainer import advantages_from_scores, score_rollouts, set_seed
+    from fspo_lite.scoring.plan import scoring_plan
+    from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
+    from fspo_lite.update.trainer import set_seed
     from fspo_lite.scoring.verifiers import build_verifier
     from trl_grpo import TokenAdvantageGRPOTrainer
 
@@ -301,13 +304,15 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
         dataset = Dataset.from_list([{"prompt": prompt_text(tokenizer, examples[i], config.data), "example_index": i}
                                      for i in order])
         verifier, tools = build_verifier(config.verifier), build_reward_tools(config)
+        plan = scoring_plan(config.reward, config.detail, verifier is not None)
 
         def fspo_advantages(inputs, output):
             rollout = Rollout(output["prompt_ids"].cpu(), output["prompt_mask"].cpu(), output["completion_ids"].cpu(),
                               output["completion_mask"].cpu(), [], settings.group_size)
             rows = [examples[x["example_index"]] for x in inputs]
-            scored = score_rollouts(rows, rollout, tokenizer, config, verifier, tools=tools)
-            return advantages_from_scores(scored, rollout.completion_mask, config)[0]
+            scored = score_rollouts(rows, rollout, tokenizer, config, verifier, tools=tools, plan=plan)
+            return advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
+                                          config.train.scale_by_std)[0]
 
         accumulation = settings.responses // settings.micro_batch_size
         args = GRPOConfig(

@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     from fspo_lite.evaluation.benchmarks import BENCHMARKS
     from fspo_lite.drivers.experiment import profile_names
-    from fspo_lite.scoring.rewards import REWARD_METHODS
+    from fspo_lite.scoring.methods import REWARD_METHODS
     from fspo_lite.scoring.verifiers import VERIFIERS
 
     train = commands.add_parser(

@@ -830,6 +830,15 @@ def _value(config: Config, key: str) -> Any:
     return getattr(getattr(config, section), name)
 
 
+def split_method(name: str) -> tuple[tuple[str, ...], bool]:
+    """The grammar of reward.method: '+'-separated names, case and spaces ignored, 'fspo' the FSPO flip and every other
+    name a reward source. 'fspo' -> ((), True), 'KLCF + FSPO' -> (('klcf',), True), 'rlfh' -> (('rlfh',), False).
+    Returns (the source names, sorted and distinct; whether 'fspo' is named). Which names exist is the scoring
+    layer's table (fspo_lite.scoring.plan.parse_method checks them)."""
+    parts = {part.strip() for part in str(name).lower().split("+") if part.strip()}
+    return tuple(sorted(parts - {"fspo"})), "fspo" in parts
+
+
 def validate_config(config: Config) -> None:
     """Range checks on every value a run depends on (ConfigError naming the key, the value and the valid range):
     each numeric key against NUMBER_RANGES (non-finite values never pass), each word against CHOICES, and the
@@ -848,7 +857,7 @@ def validate_config(config: Config) -> None:
                " | ".join(choices) + (" | null" if key == "detail.relevance_judge" else ""))
     _check(isinstance(config.verifier.device, str) and bool(_DEVICE.match(config.verifier.device)), "verifier.device",
            config.verifier.device, "auto | cpu | mps | cuda | cuda:N")
-    minimum_group = 1 if config.reward.method.split("+")[0] == "rlfh" else 2
+    minimum_group = 1 if split_method(config.reward.method)[0] == ("rlfh",) else 2  # token rewards need no group
     _check(config.rollout.group_size >= minimum_group, "rollout.group_size", config.rollout.group_size,
            f"an integer >= {minimum_group} (group-relative advantages need at least two responses per prompt)"
            if minimum_group == 2 else "an integer >= 1")

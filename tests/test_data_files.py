@@ -126,7 +126,7 @@ def test_data_command_lists_and_prepares(tmp_path, monkeypatch, capsys):
 def test_every_cli_lists_its_choices(capsys):
     from fspo_lite.__main__ import main
     from fspo_lite.evaluation.benchmarks import BENCHMARKS
-    from fspo_lite.scoring.rewards import REWARD_METHODS
+    from fspo_lite.scoring.methods import REWARD_METHODS
     from fspo_lite.scoring.verifiers import VERIFIERS
 
     def help_text(*args):

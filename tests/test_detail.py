@@ -8,7 +8,7 @@ import torch
 from fspo_lite.config import Config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.scoring.methods.detail import DetailCounts, detail_bonus, detail_counts
-from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+from fspo_lite.scoring.rewards import advantages_from_scores, score_rollouts
 from fspo_lite.rollout.transformers_rollout import Rollout, completion_mask_from_ids
 from fspo_lite.text import near_duplicate_flags as duplicate_flags
 from fspo_lite.text import sentence_words, word_jaccard
@@ -99,7 +99,8 @@ def test_score_rollouts_adds_the_term_and_fspo_flips_on_top(smol_tokenizer):
     assert detailed.metrics["detail_bonus_mean"] == pytest.approx((0.2 * ln3 + 0.4 * ln2) / 5)
     # the flip is unchanged: same mask, advantages from the new rewards
     assert torch.equal(detailed.sentence_mask, plain.sentence_mask)
-    advantages, flipped = advantages_from_scores(detailed, rollout.completion_mask, config)
+    advantages, flipped = advantages_from_scores(detailed, rollout.completion_mask, config.rollout.group_size,
+                                               config.train.scale_by_std)
     rewards = torch.tensor(expected)
     group = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
     row = 3  # a wrong answer: negative advantage; its one sentence is unsupported, so no flip there

@@ -15,7 +15,7 @@ from fspo_lite.scoring.methods.klcf import (
 )
 from fspo_lite.scoring.methods import RewardTools
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
-from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.scoring.rewards import score_rollouts
 from fspo_lite.scoring.verifiers import LexicalVerifier, Verifier
 
 EVIDENCE = "Gold is a chemical element with the symbol Au and atomic number 79. It is a soft metal."

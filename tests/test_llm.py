@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-from fspo_lite.scoring.llm import (LLMError, LocalChatModel, OpenAICompatibleChatModel, build_chat_model, parse_yes_no,
-                           two_way_probability, yes_probability_from_logprobs)
+from fspo_lite.scoring.llm import (ChatModelSettings, LLMError, LocalChatModel, OpenAICompatibleChatModel,
+                                   build_chat_model, parse_yes_no, two_way_probability, yes_probability_from_logprobs)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -94,7 +94,7 @@ def fake_server(server_url):
 
 def test_server_client_yes_probability_and_generate(fake_server, monkeypatch):
     monkeypatch.setenv("FAKE_KEY", "secret")
-    chat = build_chat_model(server_url=fake_server, api_key_env="FAKE_KEY", timeout=5)
+    chat = build_chat_model(settings=ChatModelSettings(server_url=fake_server, api_key_env="FAKE_KEY", timeout=5))
     assert chat.model == "fake-judge"  # taken from /models
     probabilities = chat.yes_probability(["Is Paris in France?", "Is Rome in Spain?"])
     assert probabilities == pytest.approx([0.9, 0.2])
@@ -119,7 +119,7 @@ def test_server_errors_are_clear(fake_server):
     with pytest.raises(LLMError, match="http"):
         OpenAICompatibleChatModel("localhost:8000", model="m")
     with pytest.raises(LLMError, match="NOT_SET_ANYWHERE"):
-        build_chat_model(server_url=fake_server, api_key_env="NOT_SET_ANYWHERE")
+        build_chat_model(settings=ChatModelSettings(server_url=fake_server, api_key_env="NOT_SET_ANYWHERE"))
 
 
 @pytest.fixture()
@@ -147,3 +147,32 @@ def test_local_yes_probability_matches_a_manual_forward_pass(tiny_chat):
 def test_local_generate_returns_text(tiny_chat):
     replies = tiny_chat.generate(["Hello?", "Name a colour."], max_new_tokens=4)
     assert len(replies) == 2 and all(isinstance(r, str) for r in replies)
+
+
+def test_every_chat_model_takes_its_settings_from_the_verifier_section(monkeypatch):
+    """ChatModelSettings.of(verifier) by hand, and what each chat model of a run is built with from it: the
+    relevance judge and the llm verifier with verifier.batch_size, claim extraction and the answer judge with 8,
+    the answer judge without trust_remote_code."""
+    from fspo_lite.config import Config, DetailConfig, VerifierConfig
+    from fspo_lite.evaluation.judges import build_judge
+    from fspo_lite.scoring import llm
+    from fspo_lite.scoring.claims import build_claim_extractor
+    from fspo_lite.scoring.methods.detail import build_relevance_judge
+    from fspo_lite.scoring.verifiers.llm_judge import LLMJudgeVerifier
+
+    verifier = VerifierConfig(name="llm", model="verifier-m", device="cpu", trust_remote_code=True, batch_size=3,
+                              server_model="served", api_key_env="KEY", request_timeout=7.0)
+    assert ChatModelSettings.of(verifier) == ChatModelSettings(None, "served", "KEY", 7.0, "cpu", True)
+    seen = []
+    monkeypatch.setattr(llm.LocalChatModel, "from_name",
+                        classmethod(lambda cls, name, **kwargs: seen.append((name, kwargs)) or object()))
+    build_relevance_judge(DetailConfig(relevance_weight=0.5, relevance_judge="llm", relevance_model="judge-m"), verifier)
+    build_claim_extractor("llm", verifier)
+    LLMJudgeVerifier.from_config(verifier)
+    config = Config()
+    config.verifier, config.evaluation.judge_model = verifier, "answer-m"
+    build_judge("llm", "en", config)
+    assert seen == [("judge-m", {"device": "cpu", "trust_remote_code": True, "batch_size": 3}),
+                    ("verifier-m", {"device": "cpu", "trust_remote_code": True, "batch_size": 8}),
+                    ("verifier-m", {"device": "cpu", "trust_remote_code": True, "batch_size": 3}),
+                    ("answer-m", {"device": "cpu", "trust_remote_code": False, "batch_size": 8})]

@@ -7,9 +7,9 @@ import torch
 from fspo_lite.config import Config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.scoring.methods import METHODS, REWARD_METHODS, MethodResult, RewardMethod, no_tools
-from fspo_lite.scoring.rewards import parse_method
+from fspo_lite.scoring.plan import parse_method
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
-from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.scoring.rewards import score_rollouts
 from fspo_lite.scoring.verifiers import LexicalVerifier
 
 GOLD = QAExample("q", "What is the capital of France?", ["Paris"], "Paris is the capital of France.")

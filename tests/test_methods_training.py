@@ -1,4 +1,4 @@
-"""Two training steps of every reward method on the tiny random model, and the reward.method grammar.
+"""Two training steps of every reward method on the tiny random model (the reward.method grammar: test_plan.py).
 
 The tiny model never writes the answer format, so its real rewards are all equal. As in
 test_trainer.py, the real scorer runs (so each method's code path executes and logs its
@@ -15,7 +15,6 @@ from fspo_lite.update import trainer as trainer_module
 from fspo_lite.config import load_config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.scoring.methods.klcf import CHECKLIST_KIND
-from fspo_lite.scoring.rewards import MethodSpec, parse_method
 from fspo_lite.update.trainer import Trainer
 from fspo_lite.logs.training_log import read_metrics
 
@@ -75,22 +74,6 @@ def test_two_steps_per_method(tmp_path, tiny_policy, varied_rewards, method):
         assert [r["caution_phase"] for r in rows] == ["fact", "caution"]
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert ("token_rewards" in samples[0]) == (method == "rlfh")
-
-
-@pytest.mark.parametrize(
-    "name, spec",
-    [("grpo", MethodSpec("grpo", False)), ("fspo", MethodSpec("grpo", True)), ("grpo+fspo", MethodSpec("grpo", True)),
-     ("caution", MethodSpec("caution", False)), ("fspo+caution", MethodSpec("caution", True)),
-     ("rlfh", MethodSpec("rlfh", False)), ("KLCF + FSPO", MethodSpec("klcf", True))],
-)
-def test_method_grammar(name, spec):
-    assert parse_method(name) == spec
-
-
-@pytest.mark.parametrize("name", ["rlfh+fspo", "caution+klcf", "ppo", "", "+"])
-def test_invalid_methods_list_the_choices(name):
-    with pytest.raises(ValueError, match="caution\\+fspo"):
-        parse_method(name)
 
 
 def test_klcf_without_checklist_fails_before_training(tmp_path, tiny_policy):

@@ -105,7 +105,7 @@ def test_detail_slider_gives_the_training_reward(smol_tokenizer):
     import math
 
     from fspo_lite.config import load_config
-    from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+    from fspo_lite.scoring.rewards import advantages_from_scores, score_rollouts
     from fspo_lite.rollout.transformers_rollout import rollout_from_texts
     from fspo_lite.scoring.verifiers import build_verifier
 
@@ -115,7 +115,8 @@ def test_detail_slider_gives_the_training_reward(smol_tokenizer):
                                 "detail.precision_weight=0.6"])
     rollout = rollout_from_texts(smol_tokenizer, ITEM.completions)
     scored = score_rollouts([ITEM.example] * 4, rollout, smol_tokenizer, config, build_verifier(config.verifier))
-    advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config)
+    advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
+                                               config.train.scale_by_std)
     assert shown.rewards == scored.rewards.tolist()
     lengths = rollout.completion_mask.sum(dim=1).tolist()
     assert shown.advantages == [row[: int(n)] for row, n in zip(advantages.tolist(), lengths)]

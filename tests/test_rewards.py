@@ -6,7 +6,7 @@ import torch
 from fspo_lite.config import Config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.scoring.grading import outcome_reward
-from fspo_lite.update.trainer import score_rollouts
+from fspo_lite.scoring.rewards import score_rollouts
 from fspo_lite.rollout.transformers_rollout import Rollout, completion_mask_from_ids
 from fspo_lite.scoring.verdicts import response_views, sentence_mask, verify_sentences
 from fspo_lite.scoring.verifiers import LexicalVerifier

@@ -15,7 +15,7 @@ from fspo_lite.scoring.methods.rlfh import (
     place_rewards, rlfh_feedback, sentence_info_reward, truth_label, truth_map, truth_reward,
 )
 from fspo_lite.scoring.methods.statements import Statement, response_sentences
-from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
+from fspo_lite.scoring.rewards import advantages_from_scores, score_rollouts
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
 from fspo_lite.scoring.verdicts import response_views
 from fspo_lite.scoring.verifiers import Verifier
@@ -130,8 +130,8 @@ def _feedback(tokenizer, granularity="token", extractor=None):
     view = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, "<think>")[0]
     length = int(rollout.completion_mask.sum())
     config = RLFHConfig(granularity=granularity)
-    item = rlfh_feedback([view.text], [view.offsets], [length], [EXAMPLE.question], [EXAMPLE.answers], [EVIDENCE],
-                         extractor or RuleBasedClaimExtractor(), FixedVerifier(TABLE), RuleBasedInformativeness(), config)[0]
+    item = rlfh_feedback([EXAMPLE], [view], [length], extractor or RuleBasedClaimExtractor(), FixedVerifier(TABLE),
+                         RuleBasedInformativeness(), config)[0]
     return rollout, item
 
 
@@ -214,7 +214,8 @@ def test_score_rollouts_rlfh_clips_and_adds_final_terms(smol_tokenizer):
     assert scored.rewards.tolist() == pytest.approx(scored.token_rewards.sum(1).tolist())
     assert scored.metrics["rlfh_statements"] == 3 and scored.metrics["rlfh_unlocated"] == 0
     assert (scored.metrics["rlfh_correct_share"], scored.metrics["rlfh_wrong_share"]) == pytest.approx((1 / 3, 2 / 3))
-    advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
+    advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
+                                                 config.train.scale_by_std)
     assert advantages.shape == rollout.completion_ids.shape and not flipped.any()
     assert (advantages[rollout.completion_mask == 0] == 0).all() and advantages.abs().sum() > 0
 
@@ -234,7 +235,6 @@ def test_statements_are_judged_beyond_the_question(smol_tokenizer):
     recorder = Recorder()
     rollout = rollout_from_texts(smol_tokenizer, [COMPLETION])
     view = response_views(smol_tokenizer, rollout.completion_ids, rollout.completion_mask, "<think>")[0]
-    rlfh_feedback([view.text], [view.offsets], [int(rollout.completion_mask.sum())], [EXAMPLE.question],
-                  [EXAMPLE.answers], [EVIDENCE], RuleBasedClaimExtractor(), recorder, RuleBasedInformativeness(),
-                  RLFHConfig())
+    rlfh_feedback([EXAMPLE], [view], [int(rollout.completion_mask.sum())], RuleBasedClaimExtractor(), recorder,
+                  RuleBasedInformativeness(), RLFHConfig())
     assert recorder.contexts == [EXAMPLE.question] * 2

@@ -27,7 +27,7 @@ from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
-from fspo_lite.scoring.rewards import REWARD_METHODS
+from fspo_lite.scoring.methods import REWARD_METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE_DIR = ROOT / "configs" / "lite"

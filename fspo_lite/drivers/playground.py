@@ -1,8 +1,8 @@
 """The reward playground: score stored responses under any method and settings, and show the token
 advantages (notebooks/05_reward_playground.ipynb wires these functions to widgets).
 
-`compute_playground` runs the trainer's own reward and advantage code (score_rollouts and
-advantages_from_scores) on a group of pre-sampled responses, so what the sliders show is exactly
+`compute_playground` runs a training step's own reward and advantage code (fspo_lite.scoring.rewards:
+score_rollouts and advantages_from_scores) on a group of pre-sampled responses, so what the sliders show is exactly
 what a training step would compute. Items live in data/playground_examples.jsonl: a question with
 its evidence and a group of SmolLM2-135M responses (`sample_items` makes fresh ones).
 """
@@ -21,9 +21,9 @@ from fspo_lite.drivers.base_samples import base_engine, sample_texts
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
 from fspo_lite.scoring.claims import build_claim_extractor
 from fspo_lite.scoring.methods.klcf import build_checklist
-from fspo_lite.scoring.rewards import build_reward_tools, parse_method
+from fspo_lite.scoring.plan import scoring_plan
+from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
 from fspo_lite.scoring.verifiers import build_verifier
-from fspo_lite.update.trainer import advantages_from_scores, score_rollouts
 
 PLAYGROUND_FILE = DATA_DIR / "playground_examples.jsonl"
 
@@ -131,8 +131,9 @@ def compute_playground(item: PlaygroundItem, tokenizer, method: str = "fspo", se
     token advantages a training step would use, with an HTML rendering."""
     config = playground_config(method, len(item.completions), item.response_prefix, settings)
     verifier = verifier if verifier is not None else build_verifier(config.verifier)
+    plan = scoring_plan(config.reward, config.detail, verifier is not None)
     checklists = None
-    if parse_method(method).source == "klcf":
+    if plan.source == "klcf":
         extractor = build_claim_extractor(config.reward.claim_extractor, config.verifier)
         responses = [item.response_prefix + c for c in item.completions]
         checklists = {item.example.id: build_checklist(responses, item.example.evidence, extractor, verifier,
@@ -141,8 +142,9 @@ def compute_playground(item: PlaygroundItem, tokenizer, method: str = "fspo", se
     tools = build_reward_tools(config, checklists=checklists)
     rollout = rollout_from_texts(tokenizer, item.completions)
     scored = score_rollouts([item.example] * len(item.completions), rollout, tokenizer, config, verifier,
-                            step=step, tools=tools)
-    advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config)
+                            step=step, tools=tools, plan=plan)
+    advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
+                                           config.train.scale_by_std)
     lengths = rollout.completion_mask.sum(dim=1).tolist()
     tokens = [[tokenizer.decode([t]) for t in ids[: int(n)]] for ids, n in zip(rollout.completion_ids.tolist(), lengths)]
     values = [row[: int(n)] for row, n in zip(advantages.tolist(), lengths)]

@@ -140,11 +140,14 @@ def build_judge(name: str, language: str, config) -> Judge:
     if name not in JUDGES:
         raise ValueError(f"unknown evaluation.judge {name!r}; choose from {', '.join(JUDGES)}")
     if name == "llm":
-        from fspo_lite.scoring.llm import build_chat_model
+        from dataclasses import replace
+
+        from fspo_lite.scoring.llm import ChatModelSettings, build_chat_model
 
         v = config.verifier
         model = config.evaluation.judge_model
-        chat = build_chat_model(model, v.server_url, v.server_model, v.api_key_env, v.request_timeout, v.device)
+        # the verifier section's settings, but never verifier.trust_remote_code (the answer judge did not pass it)
+        chat = build_chat_model(model, replace(ChatModelSettings.of(v), trust_remote_code=False))
         return LLMJudge(chat, label=v.server_url or model or "smollm2-135m")
     if name == "overlap" or language != "en":
         return OverlapJudge()

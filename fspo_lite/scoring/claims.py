@@ -224,10 +224,9 @@ def build_claim_extractor(name: str = "rules", verifier_config=None) -> ClaimExt
     if name == "rules":
         return RuleBasedClaimExtractor()
     if name == "llm":
-        from fspo_lite.scoring.llm import build_chat_model
+        from fspo_lite.scoring.llm import ChatModelSettings, build_chat_model
 
         v = verifier_config
-        chat = build_chat_model() if v is None else build_chat_model(
-            v.model, v.server_url, v.server_model, v.api_key_env, v.request_timeout, v.device, v.trust_remote_code)
+        chat = build_chat_model() if v is None else build_chat_model(v.model, ChatModelSettings.of(v))
         return LLMClaimExtractor(chat)
     raise ValueError(f"unknown claim extractor {name!r}; available: llm, rules")

@@ -28,6 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Sequence, Union
 
 import torch
@@ -323,14 +324,36 @@ def yes_probability_from_logprobs(logprobs: dict | None) -> float | None:
     return two_way_probability(_logsumexp(yes), _logsumexp(no))
 
 
-def build_chat_model(model: str | None = None, server_url: str | None = None, server_model: str | None = None,
-                     api_key_env: str | None = None, timeout: float = 60.0, device: str = "auto",
-                     trust_remote_code: bool = False, batch_size: int = 8) -> ChatModel:
-    """A server client when `server_url` is set, else a local model (`model`, default the bundled SmolLM2)."""
-    if server_url:
-        api_key = os.environ.get(api_key_env) if api_key_env else None
-        if api_key_env and not api_key:
-            raise LLMError(f"environment variable {api_key_env} (verifier.api_key_env) is not set")
-        return OpenAICompatibleChatModel(server_url, server_model or model, api_key=api_key, timeout=timeout)
-    return LocalChatModel.from_name(model or "smollm2-135m", device=device, trust_remote_code=trust_remote_code,
-                                    batch_size=batch_size)
+@dataclass(frozen=True)
+class ChatModelSettings:
+    """Where a chat model runs: a server (`server_url` and how to reach it) or this process (`device`). The
+    verifier section holds these settings for every chat model of a run (the llm verifier, claim extraction, the
+    relevance judge, the llm answer judge): `ChatModelSettings.of(config.verifier)`."""
+
+    server_url: str | None = None
+    server_model: str | None = None
+    api_key_env: str | None = None
+    timeout: float = 60.0
+    device: str = "auto"
+    trust_remote_code: bool = False
+
+    @classmethod
+    def of(cls, verifier) -> "ChatModelSettings":
+        """The settings of a config's verifier section (server_url, server_model, api_key_env, request_timeout,
+        device, trust_remote_code)."""
+        return cls(verifier.server_url, verifier.server_model, verifier.api_key_env, verifier.request_timeout,
+                   verifier.device, verifier.trust_remote_code)
+
+
+def build_chat_model(model: str | None = None, settings: ChatModelSettings = ChatModelSettings(),
+                     batch_size: int = 8) -> ChatModel:
+    """A server client when settings.server_url is set, else a local model (`model`, default the bundled SmolLM2;
+    `batch_size` prompts per forward pass)."""
+    if settings.server_url:
+        api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+        if settings.api_key_env and not api_key:
+            raise LLMError(f"environment variable {settings.api_key_env} (verifier.api_key_env) is not set")
+        return OpenAICompatibleChatModel(settings.server_url, settings.server_model or model, api_key=api_key,
+                                         timeout=settings.timeout)
+    return LocalChatModel.from_name(model or "smollm2-135m", device=settings.device,
+                                    trust_remote_code=settings.trust_remote_code, batch_size=batch_size)

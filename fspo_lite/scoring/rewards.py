@@ -1,17 +1,17 @@
-"""The reward dispatch: what each response of a step earns under config.reward.method.
+"""Scoring a step: what each response earns under the run's scoring plan, and its token advantages.
 
-Two calls, on either side of the verifier's sentence verdicts (fspo_lite.scoring.verdicts), in the order a
-training step makes them (fspo_lite.update.trainer.score_rollouts):
+`score_rollouts` walks the plan (fspo_lite.scoring.plan) in one direction, the order a training step needs:
 
-- `method_rewards`: the outcome reward of each response (fspo_lite.scoring.grading) and the method's reward,
-  through the table of reward sources `methods.METHODS` (outcome, caution table, RLFH token rewards,
-  KLCF recall/precision);
-- `total_rewards`: the terms that rest on the verdicts (the detail term and relevance judge of
-  fspo_lite.scoring.methods.detail, FSPO's step reward) added on top, and the step's reward metrics.
+1. the response views (verdicts.response_views: each response's text and the characters of each token);
+2. the outcome of each response (fspo_lite.scoring.grading) and the reward of the plan's source, through the table
+   `methods.METHODS` (`method_rewards`: outcome, caution table, RLFH token rewards, KLCF recall/precision);
+3. the verifier's verdicts on the reasoning sentences, when the plan needs them (verdicts.verify_sentences);
+4. the additive terms that rest on the verdicts (`total_rewards`: the detail and relevance terms of
+   methods.detail, FSPO's step reward) and the step's reward metrics;
+5. the FSPO sentence mask, when the plan flips (verdicts.sentence_mask).
 
-Also here: `parse_method` (a reward.method string taken apart), `build_reward_tools` (what the method
-uses besides the verifier, built once per run by its METHODS entry), `check_verifier` (the method or the
-detail term needs a verifier) and `verdicts_needed` (whether a step asks for sentence verdicts at all).
+`advantages_from_scores` then turns the scores into token advantages (math in fspo_lite.algos).
+Also here: `build_reward_tools` (what the source uses besides the verifier, built once per run by its METHODS entry).
 """
 
 from __future__ import annotations
@@ -20,21 +20,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fspo_lite.config import ConfigError, validate_config
+from fspo_lite import algos
 from fspo_lite.data.examples import QAExample
+from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.grading import Outcome, outcome_reward
-from fspo_lite.scoring.methods import METHODS, REWARD_METHODS, MethodResult, RewardBatch, RewardTools
-from fspo_lite.scoring.methods.detail import (build_relevance_judge, detail_bonus, detail_counts, relevance_bonus,
-                                              relevance_messages)
-from fspo_lite.scoring.verdicts import (ResponseView, SentenceVerdicts, sentence_count_metrics, step_factuality,
-                                        step_scores)
-from fspo_lite.scoring.verifiers import VERIFIERS, Verifier
+from fspo_lite.scoring.methods import METHODS, MethodResult, RewardBatch, RewardTools
+from fspo_lite.scoring.methods.detail import build_relevance_judge, detail_terms
+from fspo_lite.scoring.plan import ScoringPlan, parse_method, scoring_plan
+from fspo_lite.scoring.verdicts import (ResponseView, SentenceVerdicts, response_views, sentence_count_metrics,
+                                        sentence_mask, step_factuality, step_scores, verify_sentences)
+from fspo_lite.scoring.verifiers import Verifier
 
 
 @dataclass
 class ScoredRollouts:
     """A step's scored responses: everything the advantage stage needs, plus metrics and per-response details
-    for logs (made by `total_rewards`; fspo_lite.update.trainer.score_rollouts is the whole recipe)."""
+    for logs (made by `score_rollouts`)."""
 
     rewards: torch.Tensor
     """(N,) scalar reward per response (for RLFH: the sum of its token rewards)."""
@@ -50,42 +51,6 @@ class ScoredRollouts:
     """Per-response method details for logs and the playground (caution category, RLFH statements, KLCF scores)."""
 
 
-REWARD_SOURCES = tuple(METHODS)
-"""The reward sources (methods.METHODS); REWARD_METHODS lists every valid reward.method."""
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """A reward.method string taken apart: where the reward comes from, and whether FSPO flips advantages."""
-
-    source: str
-    flip: bool
-
-
-def parse_method(name: str) -> MethodSpec:
-    """'fspo' -> (grpo, flip), 'caution+fspo' -> (caution, flip), 'rlfh' -> (rlfh, no flip), ..."""
-    parts = {part.strip() for part in str(name).lower().split("+") if part.strip()}
-    sources = sorted(parts - {"fspo"})
-    source = sources[0] if len(sources) == 1 else ("grpo" if not sources else None)
-    flip = "fspo" in parts
-    if not parts or source not in METHODS or (flip and not METHODS[source].flips):
-        raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
-                         "(rlfh already rewards each statement, so it is not combined with the FSPO flip)")
-    return MethodSpec(source, flip)
-
-
-def check_settings(config) -> None:
-    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words) and
-    the names the registries hold (reward.method, verifier.name); ConfigError naming the key."""
-    validate_config(config)
-    try:
-        parse_method(config.reward.method)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    if config.verifier.name not in VERIFIERS:
-        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
-
-
 def build_reward_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:
     """What config.reward.method uses besides the verifier (its METHODS entry's `tools` builder; `checklists`:
     KLCF checklists already in hand), and the detail term's relevance judge when detail.relevance_weight is not 0."""
@@ -94,105 +59,66 @@ def build_reward_tools(config, checklists: dict[str, list[str]] | None = None) -
     return tools
 
 
-def _relevance(examples, texts, outcomes, detail, tools: RewardTools):
-    """P(relevant) per response from the relevance judge (None where its reply was neither Yes nor No) and the
-    relevance term (0 for malformed responses)."""
-    if tools.relevance is None:
-        raise ValueError("detail.relevance_weight needs a relevance judge: set detail.relevance_judge=llm")
-    probabilities = tools.relevance.yes_probability([relevance_messages(e.question, t)
-                                                     for e, t in zip(examples, texts)])
-    bonuses = [relevance_bonus(p, detail.relevance_weight) if o.format_ok else 0.0
-               for p, o in zip(probabilities, outcomes)]
-    return probabilities, torch.tensor(bonuses, dtype=torch.float32)
-
-
-def _detail_rewards(texts, verdicts, outcomes, detail):
-    """The detail term of each response (methods.detail; 0 for malformed ones) and the per-response sentence
-    counts it rests on. `detail` is config.detail."""
-    counts = [detail_counts([text[a:b] for a, b in v.spans], v.labels, detail.duplicate_threshold)
-              for text, v in zip(texts, verdicts)]
-    bonuses = [detail_bonus(c, detail.weight, detail.cap, detail.precision_weight) if o.format_ok else 0.0
-               for c, o in zip(counts, outcomes)]
-    return torch.tensor(bonuses, dtype=torch.float32), counts
-
-
-def relevance_metrics(probabilities: list[float | None]) -> dict[str, float]:
-    """Mean P(relevant) over the judge's readable replies (NaN when none was) and the share it could not read."""
-    read = [p for p in probabilities if p is not None]
-    return {"relevance_mean": sum(read) / len(read) if read else float("nan"),
-            "relevance_unread_share": 1 - len(read) / len(probabilities) if probabilities else 0.0}
-
-
-def detail_term_on(config) -> bool:
-    """Whether the detail term is on (detail.weight or detail.precision_weight not 0)."""
-    return bool(config.detail.weight or config.detail.precision_weight)
-
-
-def check_verifier(config, verifier: Verifier | None) -> None:
-    """Raise when config.reward.method or the detail term needs a verifier and there is none."""
-    if METHODS[parse_method(config.reward.method).source].needs_verifier and verifier is None:
-        raise ValueError(f"reward.method={config.reward.method} needs a verifier")
-    if detail_term_on(config) and verifier is None:
-        raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")
-
-
-def verdicts_needed(config, verifier: Verifier | None) -> bool:
-    """Whether a step asks the verifier for sentence verdicts: for the FSPO flip, the logged step factuality
-    (reward.log_step_factuality) or the detail term; never without a verifier."""
-    return verifier is not None and (parse_method(config.reward.method).flip or config.reward.log_step_factuality
-                                     or detail_term_on(config))
-
-
-def method_rewards(examples: list[QAExample], views: list[ResponseView], completion_mask: torch.Tensor, config,
-                   verifier: Verifier | None, step: int, tools: RewardTools) -> tuple[RewardBatch, MethodResult]:
-    """The outcome of every response and config.reward.method's reward for it (its METHODS entry, given only its
-    config section): the batch the method saw and its result.
+def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, config, verifier: Verifier | None,
+                   step: int = 0, tools: RewardTools | None = None, plan: ScoringPlan | None = None) -> ScoredRollouts:
+    """Grade every response of a rollout under the run's scoring plan: the outcome and the
+    source's reward, the verifier's verdicts on the reasoning sentences, the terms resting on them, and the FSPO
+    sentence mask (the steps of the module docstring, in that order).
 
     `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
-    `step` drives scheduled rewards (caution.variant=fact_then_caution); `tools` are the run's RewardTools.
+    `step` drives scheduled rewards; `tools` are the source's RewardTools (built from the config when None);
+    `plan` is the run's ScoringPlan (made from config.reward, config.detail and the verifier when None). `config`
+    is the run's Config: each stage below is given only the sections it reads.
     """
-    method = METHODS[parse_method(config.reward.method).source]
-    outcomes = [
-        outcome_reward(example, view.text, config.reward.answer_metric, config.reward.format_penalty)
-        for example, view in zip(examples, views)
-    ]
-    batch = RewardBatch(examples, views, outcomes, completion_mask, config.reward.format_penalty,
-                        config.rollout.group_size, step, config.train.steps)
-    section = getattr(config, method.section) if method.section else None
-    return batch, method.score(batch, section, verifier, tools)
+    plan = plan if plan is not None else scoring_plan(config.reward, config.detail, verifier is not None)
+    tools = tools if tools is not None else build_reward_tools(config)
+    views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
+    batch = RewardBatch(examples, views, grade(examples, views, config.reward), rollout.completion_mask,
+                        config.reward.format_penalty, config.rollout.group_size, step, config.train.steps)
+    result = method_rewards(batch, plan, getattr(config, plan.section) if plan.section else None, verifier, tools)
+    verdicts = (verify_sentences(examples, batch.texts, verifier, config.verifier.threshold) if plan.verdicts
+                else [SentenceVerdicts() for _ in views])
+    total = total_rewards(batch, result, verdicts, plan, config.detail, tools.relevance)
+    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if plan.flip else None
+    return ScoredRollouts(total.rewards, mask, batch.outcomes, verdicts, views, total.metrics, total.token_rewards,
+                          total.details)
 
 
-def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[SentenceVerdicts],
-                  sentence_mask: torch.Tensor | None, config, tools: RewardTools) -> ScoredRollouts:
-    """The method's rewards plus the terms that rest on the sentence verdicts, with the step's reward metrics.
+def grade(examples: list[QAExample], views: list[ResponseView], reward) -> list[Outcome]:
+    """The outcome of every response (grading.outcome_reward); `reward` is config.reward (answer_metric and
+    format_penalty)."""
+    return [outcome_reward(example, view.text, reward.answer_metric, reward.format_penalty)
+            for example, view in zip(examples, views)]
 
-    The detail term (and the relevance judge's term) goes on every well-formed response, on its final token
-    for token rewards (RLFH); with the FSPO flip, reward.step_reward_lambda x the step score too.
-    `sentence_mask` is the FSPO mask of the verdicts (None without the flip), carried along for the advantages.
+
+def method_rewards(batch: RewardBatch, plan: ScoringPlan, section, verifier: Verifier | None,
+                   tools: RewardTools) -> MethodResult:
+    """The reward of the plan's source (its METHODS entry) for every response of `batch`, given only its config
+    section (`section`: config.<plan.section>, None when the source has none) and the run's `tools`."""
+    return METHODS[plan.source].score(batch, section, verifier, tools)
+
+
+def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[SentenceVerdicts], plan: ScoringPlan,
+                  detail, judge) -> MethodResult:
+    """The source's result with the plan's additive terms on top, and the step's reward metrics.
+
+    The detail and relevance terms (methods.detail.detail_terms; `detail` is config.detail, `judge` the relevance
+    judge) go on every well-formed response, on its final token for token rewards (RLFH); with the FSPO flip,
+    plan.step_reward_lambda x the step score too.
     """
-    spec = parse_method(config.reward.method)
-    texts, outcomes, completion_mask = batch.texts, batch.outcomes, batch.completion_mask
+    outcomes, completion_mask = batch.outcomes, batch.completion_mask
     rewards, token_rewards, details = result.rewards, result.token_rewards, result.details
-    detail_on = detail_term_on(config)
     scores = step_scores(verdicts)
-    bonuses, counts = _detail_rewards(texts, verdicts, outcomes, config.detail)
-    detail_bonuses = bonuses
-    relevance_on = bool(config.detail.relevance_weight)
-    if relevance_on:
-        relevance, relevance_bonuses = _relevance(batch.examples, texts, outcomes, config.detail, tools)
-        bonuses = bonuses + relevance_bonuses
-        for item, probability in zip(details, relevance):
-            item["relevance"] = probability
-    if detail_on or relevance_on:
-        rewards = rewards + bonuses
-        if token_rewards is not None:  # token rewards (RLFH): the term sits on the final token, like the outcome
+    terms = detail_terms(batch, verdicts, detail, judge, plan)
+    for item, extra in zip(details, terms.details):
+        item.update(extra)
+    if plan.detail or plan.relevance:
+        rewards = rewards + terms.bonuses
+        if token_rewards is not None:  # token rewards (RLFH): the terms sit on the final token, like the outcome
             last = (completion_mask.sum(dim=1) - 1).clamp(min=0)
-            token_rewards[torch.arange(len(texts)), last] += bonuses * (completion_mask.sum(dim=1) > 0)
-    if detail_on:
-        for item, bonus, count in zip(details, detail_bonuses.tolist(), counts):
-            item.update(detail_bonus=bonus, supported_distinct=count.supported_distinct)
-    if spec.flip and config.reward.step_reward_lambda:
-        rewards = rewards + config.reward.step_reward_lambda * torch.tensor(scores)
+            token_rewards[torch.arange(len(outcomes)), last] += terms.bonuses * (completion_mask.sum(dim=1) > 0)
+    if plan.step_reward_lambda:
+        rewards = rewards + plan.step_reward_lambda * torch.tensor(scores)
     factuality, verified = step_factuality(verdicts)
     metrics = {
         "reward_mean": rewards.mean().item(),
@@ -204,9 +130,22 @@ def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[Sente
         "step_factuality": factuality,
         "verified_sentences": verified,
         "step_score_mean": sum(scores) / len(scores),
-        **sentence_count_metrics(verdicts, [c.duplicates for c in counts]),
-        **({"detail_bonus_mean": detail_bonuses.mean().item()} if detail_on else {}),
-        **(relevance_metrics(relevance) if relevance_on else {}),
+        **sentence_count_metrics(verdicts, [c.duplicates for c in terms.counts]),
+        **terms.metrics,
         **result.metrics,
     }
-    return ScoredRollouts(rewards, sentence_mask, outcomes, verdicts, batch.views, metrics, token_rewards, details)
+    return MethodResult(rewards, token_rewards, details, metrics)
+
+
+def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, group_size: int,
+                           scale_by_std: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens; `group_size` is
+    rollout.group_size, `scale_by_std` train.scale_by_std.
+
+    Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
+    group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
+    """
+    if scored.token_rewards is not None:
+        advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale_by_std)
+        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
+    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale_by_std, scored.sentence_mask)

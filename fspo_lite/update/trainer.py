@@ -1,10 +1,11 @@
 """The GRPO-family training loop (grpo, fspo, caution, rlfh, klcf): a thin stateful shell around the pure functions.
 
-One step (`Trainer.train_step`): sample questions -> generate G responses each (rollout.py) -> `score_rollouts`: rewards
-(rewards.py), sentence verdicts and the FSPO sentence mask (verdicts.py) -> `advantages_from_scores`: token advantages,
-FSPO-flipped or from RLFH's reward-to-go (algos.py) -> `Trainer.update`: mu epochs of clipped-surrogate updates
-(algos.py) -> metrics and, now and then, a checkpoint. The FSPO path (rollout -> verdicts -> mask -> flip -> loss) reads
-in this file, rollout.py, verdicts.py and algos.py (tests/test_architecture.py checks it).
+One step (`Trainer.train_step`): sample questions -> generate G responses each (rollout/) -> `score_rollouts`: rewards,
+sentence verdicts and the FSPO sentence mask under the run's scoring plan (scoring/rewards.py, scoring/verdicts.py) ->
+`advantages_from_scores`: token advantages, FSPO-flipped or from RLFH's reward-to-go (scoring/rewards.py, algos.py) ->
+`Trainer.update`: mu epochs of clipped-surrogate updates (algos.py) -> metrics and, now and then, a checkpoint. The
+FSPO path (rollout -> verdicts -> mask -> flip -> loss) reads in this file, rollout/transformers_rollout.py,
+scoring/rewards.py, scoring/verdicts.py and algos.py (tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ from fspo_lite.models.prompt_cache import shares_prompt_pass
 from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
 from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
-from fspo_lite.scoring.methods import RewardTools
-from fspo_lite.scoring.rewards import (ScoredRollouts, build_reward_tools, check_settings, check_verifier,
-                                       method_rewards, parse_method, total_rewards, verdicts_needed)
-from fspo_lite.scoring.verdicts import SentenceVerdicts, response_views, sentence_mask, verify_sentences
-from fspo_lite.scoring.verifiers import Verifier, build_verifier
+from fspo_lite.scoring.plan import check_settings, scoring_plan
+from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
+from fspo_lite.scoring.verifiers import build_verifier
 from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints,
                                          latest_checkpoint, load_checkpoint, save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
@@ -47,39 +46,6 @@ class TrainingError(RuntimeError):
 def set_seed(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, config: Config, verifier: Verifier | None,
-                   step: int = 0, tools: RewardTools | None = None) -> ScoredRollouts:
-    """Grade every response of a rollout under config.reward.method: the outcome and the method's reward, the
-    verifier's verdicts on the reasoning sentences, the terms resting on them, and the FSPO sentence mask.
-
-    `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
-    `step` drives scheduled rewards; `tools` are the method's RewardTools (built from the config when None).
-    """
-    check_verifier(config, verifier)
-    tools = tools if tools is not None else build_reward_tools(config)
-    views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
-    batch, result = method_rewards(examples, views, rollout.completion_mask, config, verifier, step, tools)
-    verdicts = (verify_sentences(examples, batch.texts, verifier, config.verifier.threshold)
-                if verdicts_needed(config, verifier) else [SentenceVerdicts() for _ in views])
-    flips = parse_method(config.reward.method).flip
-    mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if flips else None
-    return total_rewards(batch, result, verdicts, mask, config, tools)
-
-
-def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, config: Config
-                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens.
-
-    Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
-    group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
-    """
-    group_size, scale = config.rollout.group_size, config.train.scale_by_std
-    if scored.token_rewards is not None:
-        advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale)
-        return advantages, torch.zeros_like(advantages, dtype=torch.bool)
-    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale, scored.sentence_mask)
 
 
 class Trainer:
@@ -109,6 +75,7 @@ class Trainer:
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
+        self.scoring_plan = scoring_plan(config.reward, config.detail, self.verifier is not None)  # once per run
         self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
                                       weight_decay=config.train.weight_decay)
@@ -233,8 +200,9 @@ class Trainer:
         generated = time.perf_counter()
         per_response = [e for e in examples for _ in range(config.rollout.group_size)]
         scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier,
-                                step=self.step_index, tools=self.reward_tools)
-        advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config)
+                                step=self.step_index, tools=self.reward_tools, plan=self.scoring_plan)
+        advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
+                                                     config.train.scale_by_std)
         scored_at = time.perf_counter()
         update = self.update(rollout, advantages)
         self.step_index += 1

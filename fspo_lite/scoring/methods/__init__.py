@@ -4,13 +4,14 @@
 - `statements`: a response's sentences, their atomic statements and where each statement ends.
 - `rlfh`: RLFH's statement-level truthfulness and informativeness rewards, placed on tokens.
 - `klcf`: KLCF's checklist recall and claim precision rewards, and the offline checklist builder.
-- `detail`: the detail term (distinct supported sentences) and the relevance judge, added to any method.
+- `detail`: the detail term (distinct supported sentences) and the relevance judge: not a reward source but
+  additive terms that the scoring plan (fspo_lite.scoring.plan) puts on top of any source's reward.
 
 Each module holds pure functions of plain values. `METHODS` below is the one table of reward sources: name ->
 `RewardMethod`, whose `score` turns a batch of graded responses into one `MethodResult`, given only its own
 config section (`caution`, `rlfh`, `klcf`) and the batch facts every method shares (`RewardBatch`).
 Each entry also builds what its method uses besides the verifier (`RewardTools`: claim extractor, informativeness
-scorer, checklists, reward model), once per run. `fspo_lite.scoring.rewards` dispatches through the table; `fspo_lite.algos`
+scorer, checklists, reward model), once per run. `fspo_lite.scoring.rewards` dispatches through the table (the source of the run's scoring plan); `fspo_lite.algos`
 turns the rewards into advantages. Adding a method: its module, its config section and one entry here.
 """
 
@@ -142,11 +143,7 @@ def rlfh_method(batch: RewardBatch, config, verifier, tools) -> MethodResult:
     `config` is config.rlfh."""
     completion_mask, examples, views = batch.completion_mask, batch.examples, batch.views
     lengths = [int(n) for n in completion_mask.sum(dim=1).tolist()]
-    feedback = rlfh.rlfh_feedback(
-        [v.text for v in views], [v.offsets for v in views], lengths, [e.question for e in examples],
-        [e.answers for e in examples], [e.evidence for e in examples], tools.extractor, verifier,
-        tools.informativeness, config,
-    )
+    feedback = rlfh.rlfh_feedback(examples, views, lengths, tools.extractor, verifier, tools.informativeness, config)
     token_rewards = torch.zeros(completion_mask.shape, dtype=torch.float32)
     for row, (item, outcome, length) in enumerate(zip(feedback, batch.outcomes, lengths)):
         token_rewards[row, :length] = torch.tensor(item.token_rewards, dtype=torch.float32)

@@ -26,8 +26,6 @@ from fspo_lite.scoring.methods.statements import Statement, extract_statements
 from fspo_lite.scoring.verifiers import Verifier
 
 CORRECT, HEDGED_CORRECT, VAGUE, HEDGED_WRONG, WRONG = "Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"
-TRUTH_LABELS = (CORRECT, HEDGED_CORRECT, VAGUE, HEDGED_WRONG, WRONG)
-INFO_LEVELS = (5, 4, 3, 2, 1)
 GRANULARITIES = ("token", "sentence", "paragraph")
 INFO_FLOOR = -0.9
 
@@ -169,15 +167,18 @@ def place_rewards(
 
 
 def rlfh_feedback(
-    texts: Sequence[str], offsets: Sequence[Sequence[tuple[int, int]]], lengths: Sequence[int],
-    questions: Sequence[str], answers: Sequence[Sequence[str]], evidence: Sequence[str],
-    extractor: ClaimExtractor, verifier: Verifier, informativeness: InformativenessScorer, config,
+    examples: Sequence, views: Sequence, lengths: Sequence[int], extractor: ClaimExtractor, verifier: Verifier,
+    informativeness: InformativenessScorer, config,
 ) -> list[ResponseFeedback]:
     """Statement feedback and token rewards for a batch of responses (one extractor and one verifier call).
 
-    Responses whose example has no evidence get no statement rewards (nothing to check against). The
-    question goes to the verifier as context: a statement is judged on what it adds beyond the question.
+    `examples` holds one QAExample per response (its question, answers and evidence), `views` one
+    verdicts.ResponseView (its text and the characters of each token), `lengths` its completion tokens;
+    `config` is config.rlfh. Responses whose example has no evidence get no statement rewards (nothing to check
+    against). The question goes to the verifier as context: a statement is judged on what it adds beyond it.
     """
+    texts = [view.text for view in views]
+    evidence, questions = [example.evidence for example in examples], [example.question for example in examples]
     all_sentences, all_statements = extract_statements(texts, extractor)
     pairs = [(i, s) for i, statements in enumerate(all_statements) if evidence[i] for s in statements]
     probabilities = verifier.score([evidence[i] for i, _ in pairs], [s.text for _, s in pairs],
@@ -193,14 +194,15 @@ def rlfh_feedback(
         probs = by_response.get(i, [])
         labels = [truth_label(p, is_hedged(s.text, config.hedge_words), config.correct_threshold,
                               config.wrong_threshold) for s, p in zip(statements, probs)]
-        infos = informativeness.score(questions[i], answers[i], [s.text for s in statements]) if statements else []
+        infos = (informativeness.score(questions[i], examples[i].answers, [s.text for s in statements]) if statements
+                 else [])
         truths = [truth_reward(v, level, truth_values, info_values, config.truth_weight) for v, level in zip(labels, infos)]
         info_rewards = [
             sentence_info_reward([level for s, level in zip(statements, infos) if s.sentence == k], info_values,
                                  config.info_weight)
             for k in range(len(sentences))
         ]
-        values, unlocated, unplaced = place_rewards(offsets[i], lengths[i], sentences, statements, truths,
+        values, unlocated, unplaced = place_rewards(views[i].offsets, lengths[i], sentences, statements, truths,
                                                     info_rewards, config.granularity)
         feedback.append(ResponseFeedback(sentences, statements, probs, labels, infos, truths, info_rewards,
                                          values, unlocated, unplaced))

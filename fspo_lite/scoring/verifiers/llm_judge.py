@@ -12,7 +12,7 @@ point `verifier.model` at a stronger local model or `verifier.server_url` at a v
 
 from __future__ import annotations
 
-from fspo_lite.scoring.llm import ChatModel, build_chat_model
+from fspo_lite.scoring.llm import ChatModel, ChatModelSettings, build_chat_model
 from fspo_lite.scoring.verifiers.base import Verifier, batches
 
 JUDGE_SYSTEM = "You check statements against evidence. Reply with one word: Yes or No."
@@ -43,9 +43,7 @@ class LLMJudgeVerifier(Verifier):
 
     @classmethod
     def from_config(cls, config) -> "LLMJudgeVerifier":
-        chat_model = build_chat_model(config.model, config.server_url, config.server_model, config.api_key_env,
-                                      config.request_timeout, config.device, config.trust_remote_code,
-                                      config.batch_size)
+        chat_model = build_chat_model(config.model, ChatModelSettings.of(config), config.batch_size)
         return cls(chat_model, batch_size=config.batch_size, max_evidence_words=config.max_evidence_tokens)
 
     def _score(self, evidence: list[str], sentences: list[str]) -> list[float | None]:

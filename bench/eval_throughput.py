@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fspo_lite.config import Config  # noqa: E402
+from fspo_lite.config import Config, RolloutConfig  # noqa: E402
 from fspo_lite.data.examples import load_examples  # noqa: E402
 from fspo_lite.evaluation import load_eval_model  # noqa: E402
 from fspo_lite.data.prompts import prompt_text  # noqa: E402
@@ -30,8 +30,8 @@ from fspo_lite.scoring.verifiers.cli import machine_description  # noqa: E402
 
 def tokens_per_second(model, tokenizer, prompts: list[str], batch_size: int, tokens: int) -> tuple[float, int, float]:
     """(tokens/s, tokens generated, seconds) for greedy generation of exactly `tokens` new tokens per prompt."""
-    engine = TransformersRollout(model, tokenizer, max_new_tokens=tokens, generation_batch_size=batch_size,
-                                 generate_kwargs={"min_new_tokens": tokens})
+    rollout = RolloutConfig(max_new_tokens=tokens, generation_batch_size=batch_size)
+    engine = TransformersRollout(model, tokenizer, rollout, generate_kwargs={"min_new_tokens": tokens})
     start = time.perf_counter()
     rollout = engine.generate(prompts, 1, do_sample=False)
     seconds = time.perf_counter() - start

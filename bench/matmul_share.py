@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     from study_time import notebook03_parameters, shared_settings
 
-    from fspo_lite.config import apply_overrides
+    from fspo_lite.config import RolloutConfig, apply_overrides
     from fspo_lite.drivers.experiment import load_profile, local_sources
     from fspo_lite.drivers.runs import run_config
     from fspo_lite.evaluation import evaluate
@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"float32 GEMM 4096 x 576 x 1536 on this thread count: {gemm_rate():.1f} GFLOP/s")
     model, tokenizer = load_policy(dataclasses.replace(config.model, lora=False), for_training=False)
     model.eval()
-    engine = TransformersRollout(model, tokenizer, max_new_tokens=ev.max_new_tokens, temperature=ev.temperature,
-                                 top_p=config.rollout.top_p, generation_batch_size=ev.batch_size,
-                                 max_prompt_tokens=config.data.max_prompt_tokens)
+    sampling = RolloutConfig(max_new_tokens=ev.max_new_tokens, temperature=ev.temperature, top_p=config.rollout.top_p,
+                             generation_batch_size=ev.batch_size)
+    engine = TransformersRollout(model, tokenizer, sampling, config.data.max_prompt_tokens)
     questions = load_items("kbqa", resolve("kbqa", {"kbqa": config.data.eval}), ev.limit, ev.seed,
                            ev.shuffle)[: args.questions]
     prompts = [prompt_text(tokenizer, e, config.data) for e in questions]

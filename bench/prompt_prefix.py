@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from fspo_lite.config import Config, ModelConfig
+    from fspo_lite.config import Config, ModelConfig, RolloutConfig
     from fspo_lite.data.examples import load_examples
     from fspo_lite.models.policy import load_policy
     from fspo_lite.data.prompts import prompt_text
@@ -70,8 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f}")
     for repeat in range(args.repeats):
         for share in (False, True) if repeat % 2 == 0 else (True, False):
-            engine = TransformersRollout(model, tokenizer, max_new_tokens=args.tokens, generation_batch_size=batch,
-                                         temperature=args.temperature or 1.0, **{args.setting: share},
+            in_section = args.setting != "preallocate_cache"  # the other two are rollout-section switches
+            rollout = RolloutConfig(max_new_tokens=args.tokens, generation_batch_size=batch,
+                                    temperature=args.temperature or 1.0, **({args.setting: share} if in_section else {}))
+            engine = TransformersRollout(model, tokenizer, rollout, preallocate_cache=in_section or share,
                                          generate_kwargs={"min_new_tokens": args.min_new_tokens} if args.min_new_tokens
                                          else None)
             torch.manual_seed(0)

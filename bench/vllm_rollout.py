@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         ["rollout.use_sampler_logprobs=true"] if name != "transformers" else [])) for name in engines}
     for name, config in configs.items():
         if name != "vllm-server":
-            check_rollout_engine(config)
+            check_rollout_engine(config.rollout, config.model, config.train)
     config = configs[engines[0]]
     torch.manual_seed(0)
     model, tokenizer = load_policy(config.model, seed=0)
@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                     server = VLLMServer(bundled_model_dir("smollm2-135m"), served_name="smollm2-135m").start()
                     url = server.url
                 configs[name].rollout.vllm_server_url = url
-            built[name] = build_rollout_engine(model, tokenizer, configs[name], dist)
+            chosen = configs[name]
+            built[name] = build_rollout_engine(model, tokenizer, chosen.rollout, chosen.model, chosen.train,
+                                               chosen.data.max_prompt_tokens, dist)
             emit({"kind": "startup", "engine": name, "seconds": round(time.perf_counter() - started, 2)}, args.out)
         rollouts = {}
         for repeat in range(args.repeats):

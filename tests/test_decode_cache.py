@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fspo_lite.config import ModelConfig
+from fspo_lite.config import ModelConfig, RolloutConfig
 from fspo_lite.rollout.decoding import decode, preallocate, preallocated_layer_class
+from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.models.policy import load_policy
 
 
@@ -64,9 +65,9 @@ def test_decode_gives_the_same_tokens_with_and_without_preallocation(tiny, compa
     outputs = {}
     for preallocated in (False, True):
         torch.manual_seed(3)
-        outputs[preallocated] = decode(model, encoded["input_ids"], encoded["attention_mask"], 24, eos,
-                                       tokenizer.pad_token_id, temperature=0.9, compact_at=compact_at,
-                                       preallocate_cache=preallocated)
+        outputs[preallocated] = decode(model, encoded["input_ids"], encoded["attention_mask"],
+                                       Sampling(24, eos, temperature=0.9), tokenizer.pad_token_id,
+                                       compact_at=compact_at, preallocate_cache=preallocated)
     assert outputs[True].shape[1] > 1
     assert torch.equal(outputs[True], outputs[False])
     ended_early = (outputs[True] == tokenizer.pad_token_id).any(dim=1)
@@ -87,13 +88,14 @@ def test_min_new_tokens_matches_generate_and_the_rollout_uses_decode_for_it(tiny
                                pad_token_id=tokenizer.pad_token_id, do_sample=True, temperature=0.9,
                                top_k=0)[:, encoded["input_ids"].shape[1]:]
     torch.manual_seed(7)
-    mine = decode(model, encoded["input_ids"], encoded["attention_mask"], 12, eos, tokenizer.pad_token_id,
-                  temperature=0.9, min_new_tokens=9)
+    mine = decode(model, encoded["input_ids"], encoded["attention_mask"],
+                  Sampling(12, eos, temperature=0.9, min_new_tokens=9), tokenizer.pad_token_id)
     assert torch.equal(reference, mine)
     assert not torch.isin(mine[:, :9], torch.tensor(eos)).any()
 
     calls = []
-    engine = TransformersRollout(model, tokenizer, max_new_tokens=6, generate_kwargs={"min_new_tokens": 6})
+    engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=6),
+                                 generate_kwargs={"min_new_tokens": 6})
     original = model.generate
     model.generate = lambda *args, **kwargs: calls.append(kwargs) or original(*args, **kwargs)
     try:

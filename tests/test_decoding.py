@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from fspo_lite.config import ModelConfig
+from fspo_lite.config import ModelConfig, RolloutConfig
 from fspo_lite.rollout.decoding import decode, plain_sampling, process_logits
+from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.models.policy import load_policy
 from fspo_lite.rollout.transformers_rollout import TransformersRollout, eos_ids
 
@@ -39,8 +40,8 @@ def both(model, tokenizer, eos, do_sample, temperature=0.7, top_p=1.0, max_new_t
                                **sampling)[:, encoded["input_ids"].shape[1]:]
     after_reference = torch.rand(4)
     torch.manual_seed(3)
-    mine = decode(model, encoded["input_ids"], encoded["attention_mask"], max_new_tokens, eos, pad, do_sample,
-                  temperature, top_p, **options)
+    mine = decode(model, encoded["input_ids"], encoded["attention_mask"],
+                  Sampling(max_new_tokens, eos, do_sample, temperature, top_p), pad, **options)
     return reference, mine, torch.equal(after_reference, torch.rand(4))
 
 
@@ -68,7 +69,7 @@ def test_decode_on_a_prefilled_cache_gives_generates_tokens(tiny):
                                temperature=0.7, top_k=0)[:, ids.shape[1]:]
     cache, _ = shared_prompt_pass(model, ids[:, :-1], mask[:, :-1], distinct_prompts(ids, mask))
     torch.manual_seed(5)
-    mine = decode(model, ids, mask, 20, eos, pad, True, 0.7, 1.0, past_key_values=cache, compact_at=0.0)
+    mine = decode(model, ids, mask, Sampling(20, eos, True, 0.7, 1.0), pad, past_key_values=cache, compact_at=0.0)
     assert torch.equal(reference, mine)
 
 
@@ -79,8 +80,8 @@ def test_rollout_is_the_same_with_and_without_dropping_ended_rows(tiny):
         rollouts = []
         for drop in (False, True):
             torch.manual_seed(11)
-            engine = TransformersRollout(model, tokenizer, max_new_tokens=16, temperature=0.9,
-                                         generation_batch_size=4, drop_ended_rows=drop)
+            engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=16, temperature=0.9,
+                                                                         generation_batch_size=4, drop_ended_rows=drop))
             rollouts.append(engine.generate(PROMPTS, 3))
     finally:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -115,7 +116,7 @@ def test_sampling_at_temperature_zero_is_refused(tiny):
     model, tokenizer = tiny
     ids = torch.tensor([[1, 2, 3]])
     with pytest.raises(ValueError, match="temperature above 0"):
-        decode(model, ids, torch.ones_like(ids), 4, [0], 0, do_sample=True, temperature=0.0)
+        decode(model, ids, torch.ones_like(ids), Sampling(4, [0], do_sample=True, temperature=0.0), 0)
 
 
 def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
@@ -130,7 +131,7 @@ def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
     try:
         texts = []
         for drop in (False, True):
-            engine = TransformersRollout(model, tokenizer, max_new_tokens=24, drop_ended_rows=drop)
+            engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24, drop_ended_rows=drop))
             texts.append(engine.generate(PROMPTS, 1, do_sample=False).completion_ids)
         model.generation_config.repetition_penalty = 1.0
         without_penalty = engine.generate(PROMPTS, 1, do_sample=False).completion_ids
@@ -152,7 +153,8 @@ def test_real_model_samples_the_same_tokens():
     rollouts = []
     for drop in (False, True):
         torch.manual_seed(0)
-        engine = TransformersRollout(model, tokenizer, max_new_tokens=48, temperature=0.7, drop_ended_rows=drop)
+        engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=48, temperature=0.7,
+                                                                     drop_ended_rows=drop))
         rollouts.append(engine.generate(prompts, 4))
     lengths = rollouts[0].completion_lengths
     assert lengths.min() < lengths.max()

@@ -156,7 +156,8 @@ def test_vllm_colocated_engine_on_gpu(tmp_path):
     config = gpu_config(tmp_path, model_dir, "rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3",
                         "rollout.use_sampler_logprobs=true", "rollout.max_new_tokens=16")
     model, tokenizer = load_policy(config.model)
-    engine = build_rollout_engine(model.cuda(), tokenizer, config, Distributed())
+    engine = build_rollout_engine(model.cuda(), tokenizer, config.rollout, config.model, config.train,
+                                  config.data.max_prompt_tokens, Distributed())
     first = engine.generate(["Hello there", "What is two plus two?"], num_samples=3)
     second = engine.generate(["Hello there"], num_samples=2, do_sample=False)
     assert first.completion_ids.shape[0] == 6 and first.completion_ids.device.type == "cuda"

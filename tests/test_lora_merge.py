@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fspo_lite.config import load_config
+from fspo_lite.config import RolloutConfig, load_config
 from fspo_lite.models.policy import load_policy, merged_lora_weights
 from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
@@ -74,7 +74,8 @@ def test_greedy_rollout_is_the_same_with_the_adapter_merged(policy):
     prompts = ["Question: which river flows through Paris? Answer:", "Q: 2+2?"]
     rollouts = []
     for merge in (False, True):
-        engine = TransformersRollout(model, tokenizer, max_new_tokens=10, merge_lora=merge)
+        rollout = RolloutConfig(max_new_tokens=10, merge_lora_for_generation=merge)
+        engine = TransformersRollout(model, tokenizer, rollout)
         rollouts.append(engine.generate(prompts, 2, do_sample=False))
     assert torch.equal(rollouts[0].completion_ids, rollouts[1].completion_ids)
 

@@ -4,7 +4,7 @@ in log-probs, entropies, gradients, greedy rollouts and a whole training step.""
 import pytest
 import torch
 
-from fspo_lite.config import load_config
+from fspo_lite.config import RolloutConfig, load_config
 from fspo_lite.models.logprobs import completion_logprobs
 from fspo_lite.models.policy import load_policy
 from fspo_lite.models.prompt_cache import distinct_prompts, prompt_positions, shares_prompt_pass, uses_gradient_checkpointing
@@ -49,7 +49,8 @@ def tiny_lora():
 
 def _rollout(model, tokenizer, share: bool, max_new_tokens: int = 10):
     # prompts of different lengths (left padding), 3 samples each, greedy so both paths must agree exactly
-    engine = TransformersRollout(model, tokenizer, max_new_tokens=max_new_tokens, share_prompt_prefill=share)
+    rollout = RolloutConfig(max_new_tokens=max_new_tokens, share_prompt_prefill=share)
+    engine = TransformersRollout(model, tokenizer, rollout)
     return engine.generate(["Question: which river flows through Paris? Answer:", "Q: 2+2?"], 3, do_sample=False)
 
 
@@ -139,13 +140,19 @@ def test_engine_factory_leaves_the_shared_prefill_out_for_sharded_weights_and_un
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}"])
     one_process = SimpleNamespace(shards_weights=False, generation_kwargs=lambda: {})
     sharded = SimpleNamespace(shards_weights=True, generation_kwargs=lambda: {"synced_gpus": True})
-    assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is True
-    assert build_rollout_engine(model, tokenizer, config, sharded).share_prompt_prefill is False
+    def switches(dist):
+        engine = build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
+                                      config.data.max_prompt_tokens, dist)
+        return engine.rollout.share_prompt_prefill, engine.rollout.drop_ended_rows
+
+    assert switches(one_process) == (True, True)
+    assert switches(sharded) == (False, False)
     config.model.backend = "unsloth"
-    assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is False
+    assert switches(one_process) == (False, False)
     config.model.backend = "transformers"
     config.rollout.share_prompt_prefill = False
-    assert build_rollout_engine(model, tokenizer, config, one_process).share_prompt_prefill is False
+    assert switches(one_process) == (False, True)
+    assert config.rollout.drop_ended_rows is True  # the engine turns its own copy's switches off, not the config's
 
 
 def test_shared_prompt_pass_rule(tiny_lora):
@@ -199,7 +206,7 @@ def test_shared_prefix_cache_equals_the_full_pass(tiny_lora, samples):
 
 
 def _long_rollout(model, tokenizer, share_prefix: bool, samples: int = 2, do_sample: bool = False):
-    engine = TransformersRollout(model, tokenizer, max_new_tokens=8, share_prompt_prefix=share_prefix)
+    engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=8, share_prompt_prefix=share_prefix))
     torch.manual_seed(0)
     return engine.generate(LONG_PROMPTS, samples, do_sample=do_sample)
 
@@ -237,7 +244,7 @@ def test_real_model_answers_the_same_with_a_shared_prompt_start():
     prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]
     texts = []
     for share in (False, True):
-        engine = TransformersRollout(model, tokenizer, max_new_tokens=24, share_prompt_prefix=share)
+        engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24, share_prompt_prefix=share))
         texts.append(engine.generate(prompts, 2, do_sample=False).texts)
     assert texts[0] == texts[1]
 

@@ -17,8 +17,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 import torch
 
-from fspo_lite.config import load_config
-from fspo_lite.rollout.engines import build_rollout_engine
+from fspo_lite.config import RolloutConfig, load_config
+from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
+from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.rollout.vllm_rollout import (
     AdapterVersions,
     VLLMRollout,
@@ -64,10 +65,10 @@ def test_vllm_lora_rank_rounds_up_to_an_accepted_value():
 
 
 def test_sampling_arguments_sample_and_greedy():
-    sample = sampling_arguments(4, True, 0.7, 0.9, 32, [2], with_logprobs=True)
+    sample = sampling_arguments(Sampling(32, [2], True, 0.7, 0.9), 4, with_logprobs=True)
     assert sample == {"n": 4, "max_tokens": 32, "stop_token_ids": [2], "temperature": 0.7, "top_p": 0.9,
                       "skip_special_tokens": True, "logprobs": 0}
-    greedy = sampling_arguments(4, False, 0.7, 0.9, 32, [2], with_logprobs=False)
+    greedy = sampling_arguments(Sampling(32, [2], False, 0.7, 0.9), 4, with_logprobs=False)
     assert greedy["n"] == 1 and greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0 and "logprobs" not in greedy
 
 
@@ -150,12 +151,12 @@ def test_stale_adapters_are_this_folders_adapters_only(tmp_path):
 
 def test_vllm_option_problems_on_cpu_and_cuda(tmp_path):
     plain = _config(tmp_path, "rollout.engine=vllm")
-    assert vllm_option_problems(plain, "cpu") == []
+    assert vllm_option_problems(plain.rollout, plain.model, "cpu") == []
     both = _config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true", "model.load_in_4bit=true")
-    problems = vllm_option_problems(both, "cpu")
+    problems = vllm_option_problems(both.rollout, both.model, "cpu")
     assert len(problems) == 2 and "sleep_mode=false" in problems[0] and "load_in_4bit=false" in problems[1]
     assert all("\n" not in line for line in problems)
-    assert vllm_option_problems(both, "cuda") == []
+    assert vllm_option_problems(both.rollout, both.model, "cuda") == []
 
 
 def test_cpu_kv_cache_size_from_the_environment(monkeypatch):
@@ -205,8 +206,8 @@ def fake_vllm(monkeypatch):
 def test_colocated_engine_passes_a_new_adapter_version_per_call(tmp_path, tiny_policy, fake_vllm):
     model, tokenizer = tiny_policy
     llm = FakeLLM()
-    engine = VLLMRollout(model, tokenizer, llm, max_new_tokens=8, temperature=0.9, with_logprobs=True,
-                         sleep_between_rollouts=True, adapter_root=tmp_path)
+    rollout = RolloutConfig(max_new_tokens=8, temperature=0.9, use_sampler_logprobs=True, vllm_enable_sleep_mode=True)
+    engine = VLLMRollout(model, tokenizer, llm, rollout, adapter_root=tmp_path)
     prompts = ["What is the capital of France?", "Name a noble gas."]
     first = engine.generate(prompts, num_samples=3)
     second = engine.generate(prompts[:1], num_samples=2, do_sample=False)
@@ -228,6 +229,15 @@ def _config(tmp_path, *overrides):
     return load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", *overrides])
 
 
+def _build(model, tokenizer, config, dist):
+    return build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
+                                config.data.max_prompt_tokens, dist)
+
+
+def _check(config):
+    return check_rollout_engine(config.rollout, config.model, config.train)
+
+
 def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
     from fspo_lite.update.distributed import Distributed
 
@@ -238,51 +248,50 @@ def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
     config = _config(tmp_path)
     config.rollout.engine = "vlm"  # a config built in code reaches the factory unchecked
     with pytest.raises(ValueError, match="unknown rollout.engine 'vlm'"):
-        build_rollout_engine(model, tokenizer, config, dist)
+        _build(model, tokenizer, config, dist)
     with pytest.raises(ValueError, match="needs a vLLM engine"):
-        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true"), dist)
+        _build(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true"), dist)
     with pytest.raises(ValueError, match="full fine-tuning"):
-        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm", "model.lora=false"), dist)
+        _build(model, tokenizer, _config(tmp_path, "rollout.engine=vllm", "model.lora=false"), dist)
     with pytest.raises(ValueError, match="ppo_epochs=1"):
-        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server", "train.ppo_epochs=2",
-                                                       "rollout.use_sampler_logprobs=true"), dist)
+        _build(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server", "train.ppo_epochs=2",
+                                         "rollout.use_sampler_logprobs=true"), dist)
     with pytest.raises(ValueError, match="vllm_server_url"):
-        build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server"), dist)
+        _build(model, tokenizer, _config(tmp_path, "rollout.engine=vllm-server"), dist)
     if "vllm" not in sys.modules or vllm_platform() == "cpu":  # no vllm here, or vLLM's CPU build: the tiny model
         with pytest.raises(RuntimeError, match="(?i)vllm"):
-            build_rollout_engine(model, tokenizer, _config(tmp_path, "rollout.engine=vllm"), dist)
+            _build(model, tokenizer, _config(tmp_path, "rollout.engine=vllm"), dist)
 
 
 def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
     from fspo_lite.rollout import vllm_rollout
-    from fspo_lite.rollout.engines import check_rollout_engine
     from fspo_lite.models.policy import ModelLoadError
 
     colocated = _config(tmp_path, "rollout.engine=vllm")
-    check_rollout_engine(_config(tmp_path))  # transformers: nothing to check
+    _check(_config(tmp_path))  # transformers: nothing to check
     with pytest.raises(ValueError, match="vllm_server_url"):
-        check_rollout_engine(_config(tmp_path, "rollout.engine=vllm-server"))
+        _check(_config(tmp_path, "rollout.engine=vllm-server"))
     with pytest.raises(ValueError, match=r"rollout\.engine='sglang' is out of range"):  # the config refuses it first
         _config(tmp_path, "rollout.engine=sglang")
     built_in_code = _config(tmp_path)
     built_in_code.rollout.engine = "sglang"
     with pytest.raises(ValueError, match="unknown rollout.engine"):
-        check_rollout_engine(built_in_code)
+        _check(built_in_code)
     real_find_spec = vllm_rollout.importlib.util.find_spec
     monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec",
                         lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
     with pytest.raises(ModelLoadError, match="needs the 'vllm' package: .*make setup-vllm"):
-        check_rollout_engine(colocated)
+        _check(colocated)
     monkeypatch.setattr(vllm_rollout.importlib.util, "find_spec", lambda name, *a: object())
     monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: None)
     with pytest.raises(ModelLoadError, match="finds no platform here"):
-        check_rollout_engine(colocated)
+        _check(colocated)
     monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: "cpu")
-    assert vllm_rollout.check_vllm_engine(colocated) == "cpu"
+    assert vllm_rollout.check_vllm_engine(colocated.rollout, colocated.model, colocated.train) == "cpu"
     with pytest.raises(ValueError, match="sleep_mode=false"):
-        check_rollout_engine(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
+        _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
     monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: "cuda")
-    check_rollout_engine(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
+    _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
 
 
 class _FakeServer(BaseHTTPRequestHandler):
@@ -345,8 +354,9 @@ def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_pol
     model, tokenizer = tiny_policy
     _FakeServer.loaded = {"policy-killed-v4": str(tmp_path / "killed-v4"),  # left by a killed run of this folder
                           "policy-elsewhere-v1": "/another/run/x-v1"}
-    engine = VLLMServerRollout(model, tokenizer, fake_server, max_new_tokens=5, with_logprobs=True,
-                               adapter_root=tmp_path, timeout=10)
+    rollout = RolloutConfig(vllm_server_url=fake_server, max_new_tokens=5, use_sampler_logprobs=True,
+                            vllm_server_timeout=10)
+    engine = VLLMServerRollout(model, tokenizer, rollout, adapter_root=tmp_path)
     run = engine.adapters.run_id
     rollout = engine.generate(["Hello?", "Where is Rome?"], num_samples=2)
     engine.generate(["Hello?"], num_samples=2)
@@ -363,7 +373,8 @@ def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_pol
     assert rollout.completion_ids[:, :2].tolist() == [[200, 201], [200, 202], [201, 201], [201, 202]]
     assert torch.allclose(rollout.sampling_logprobs[3], torch.tensor([-0.1, -0.2, -0.3]))
     # a second engine on the same folder (a resumed run) and server: new names, the first run's adapter unloaded
-    second = VLLMServerRollout(model, tokenizer, fake_server, max_new_tokens=5, adapter_root=tmp_path, timeout=10)
+    second = VLLMServerRollout(model, tokenizer, RolloutConfig(vllm_server_url=fake_server, max_new_tokens=5,
+                                                               vllm_server_timeout=10), adapter_root=tmp_path)
     second.generate(["Hello?"], num_samples=1)
     assert set(_FakeServer.loaded) == {f"policy-{second.adapters.run_id}-v1", "policy-elsewhere-v1"}
     # a name the server already holds: its HTTP 400 message in one line
@@ -376,10 +387,12 @@ def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_pol
 
 def test_server_engine_errors_are_one_line(tmp_path, tiny_policy, fake_server):
     model, tokenizer = tiny_policy
-    no_lora = VLLMServerRollout(model, tokenizer, fake_server + "nolora", adapter_root=tmp_path, timeout=10)
+    no_lora = VLLMServerRollout(model, tokenizer, RolloutConfig(vllm_server_url=fake_server + "nolora",
+                                                                vllm_server_timeout=10), adapter_root=tmp_path)
     with pytest.raises(RuntimeError, match="VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"):
         no_lora.generate(["Hello?"], num_samples=1)
-    gone = VLLMServerRollout(model, tokenizer, "http://127.0.0.1:9", adapter_root=tmp_path, timeout=5)
+    unreachable = RolloutConfig(vllm_server_url="http://127.0.0.1:9", vllm_server_timeout=5)
+    gone = VLLMServerRollout(model, tokenizer, unreachable, adapter_root=tmp_path)
     with pytest.raises(RuntimeError, match="cannot reach the vLLM server"):
         gone.generate(["Hello?"], num_samples=1)
 

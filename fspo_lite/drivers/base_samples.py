@@ -145,5 +145,5 @@ def base_engine(config, progress: bool = False):
 
         model = PeftModel.from_pretrained(model, config.model.adapter_path)
     model.eval()
-    engine = TransformersRollout.from_config(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress)
+    engine = TransformersRollout(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress)
     return engine, tokenizer

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from fspo_lite.config import ConfigError
+from fspo_lite.config import ConfigError, RolloutConfig
 from fspo_lite.data.prompts import prompt_text, render_prompt
 from fspo_lite.evaluation import metrics as M
 from fspo_lite.evaluation.benchmarks import BENCHMARKS, load_items, resolve
@@ -64,10 +64,11 @@ class _Context:
         from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
         self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
-        self.engine = TransformersRollout(
-            model, tokenizer, max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
-            top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size,
-            max_prompt_tokens=config.data.max_prompt_tokens, progress=progress)
+        # the evaluation's own length, temperature and batch size with the rollout section's top_p; the engine
+        # switches keep their defaults (all on), whatever the rollout section says
+        sampling = RolloutConfig(max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
+                                 top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size)
+        self.engine = TransformersRollout(model, tokenizer, sampling, config.data.max_prompt_tokens, progress=progress)
         self._verifier, self._extra_verifiers, self._judges = None, None, {}
         self.tokens = 0
         self.last_token_counts: list[int] = []

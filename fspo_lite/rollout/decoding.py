@@ -20,6 +20,7 @@ import functools
 import torch
 
 from fspo_lite.models.prompt_cache import prompt_positions
+from fspo_lite.rollout.sampling import Sampling
 
 LOGITS_SETTINGS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
                    "encoder_no_repeat_ngram_size", "min_length", "min_new_tokens", "bad_words_ids", "suppress_tokens",
@@ -121,23 +122,23 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
 
 
 @torch.no_grad()
-def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int, eos_ids: list[int],
-           pad_id: int, do_sample: bool = True, temperature: float = 1.0, top_p: float = 1.0,
-           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
-           min_new_tokens: int = 0) -> torch.Tensor:
-    """New tokens (rows, steps) for left-padded prompts: sampled (or greedy, do_sample=False), pad after each row's
-    first EOS; steps = max_new_tokens or fewer when every row has ended.
+def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: Sampling, pad_id: int,
+           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True) -> torch.Tensor:
+    """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p (or greedy,
+    sampling.do_sample=False), pad after each row's first of sampling.eos_ids; steps = sampling.max_new_tokens or
+    fewer when every row has ended, no EOS before sampling.min_new_tokens tokens (their logits set to -inf first, as
+    `generate`'s MinNewTokensLengthLogitsProcessor does).
 
     past_key_values: the cache of every prompt token but the last (`fspo_lite.models.prompt_cache`), or None to run the
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
     rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work). preallocate_cache: after
     the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
-    values in place instead of copying the whole cache (the same numbers either way). min_new_tokens: no EOS before
-    that many tokens (their logits set to -inf first, as `generate`'s MinNewTokensLengthLogitsProcessor does)."""
+    values in place instead of copying the whole cache (the same numbers either way)."""
+    max_new_tokens, do_sample, temperature = sampling.max_new_tokens, sampling.do_sample, sampling.temperature
     if do_sample and temperature <= 0:
         raise ValueError(f"sampling needs a temperature above 0, got {temperature}")
     rows, device = input_ids.shape[0], input_ids.device
-    eos = torch.tensor(eos_ids, device=device)
+    eos = torch.tensor(list(sampling.eos_ids), device=device)
     mask = attention_mask
     if past_key_values is None:
         step_ids, positions = input_ids, prompt_positions(mask)
@@ -158,9 +159,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new
             full = torch.zeros(rows, logits.shape[-1], dtype=logits.dtype, device=device)
             full[live] = logits
             logits = full
-        if step < min_new_tokens:
+        if step < sampling.min_new_tokens:
             logits = logits.index_fill(1, eos, float("-inf"))
-        scores = process_logits(logits, temperature, top_p) if do_sample else logits
+        scores = process_logits(logits, temperature, sampling.top_p) if do_sample else logits
         if do_sample:
             next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         else:

@@ -11,15 +11,18 @@ builds the one the config names.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
+from fspo_lite.config import RolloutConfig
 from fspo_lite.models.policy import merged_lora_weights
 from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
                                            shared_prefix_prefill, shared_prompt_pass)
 from fspo_lite.rollout.decoding import decode, plain_sampling
+from fspo_lite.rollout.sampling import Engine
 
 
 @dataclass
@@ -69,43 +72,29 @@ def eos_ids(tokenizer, model=None) -> list[int]:
     return sorted(i for i in ids if i is not None)
 
 
-class TransformersRollout:
-    """Sampling with `model.generate` on whatever device the model is on."""
+class TransformersRollout(Engine):
+    """Sampling with the model on whatever device it is on, as the rollout section says (temperature, top_p,
+    max_new_tokens, generation_batch_size and the transformers-engine switches)."""
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
-                 generation_batch_size: int = 64, max_prompt_tokens: int = 512, progress: bool = False,
-                 generate_kwargs: dict | None = None, share_prompt_prefill: bool = True, merge_lora: bool = True,
-                 share_prompt_prefix: bool = True, drop_ended_rows: bool = True, preallocate_cache: bool = True):
-        self.model = model
-        self.tokenizer = tokenizer
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.generation_batch_size = generation_batch_size
-        self.max_prompt_tokens = max_prompt_tokens
+    def __init__(self, model, tokenizer, rollout: RolloutConfig, max_prompt_tokens: int = 512, progress: bool = False,
+                 generate_kwargs: dict | None = None, plain_model: bool = True, preallocate_cache: bool = True):
+        """plain_model=False (FSDP-sharded weights, Unsloth) turns the shared prefill, the LoRA merge and the
+        row-dropping decoder off: `model.generate` then runs as is."""
+        if not plain_model:
+            rollout = dataclasses.replace(rollout, share_prompt_prefill=False, merge_lora_for_generation=False,
+                                          share_prompt_prefix=False, drop_ended_rows=False)
+        super().__init__(model, tokenizer, rollout, max_prompt_tokens)
         self.progress = progress
         self.generate_kwargs = generate_kwargs or {}
         """Extra `model.generate` arguments (synced_gpus=True when weights are sharded over ranks)."""
-        self.share_prompt_prefill = share_prompt_prefill
-        self.merge_lora = merge_lora
-        """Generate with each LoRA adapter merged into new weight tensors (`models.merged_lora_weights`)."""
-        self.share_prompt_prefix = share_prompt_prefix
-        """With share_prompt_prefill: encode the batch's common prompt start once (`shared_prefix_prefill`)."""
-        self.drop_ended_rows = drop_ended_rows
-        """Decode with `fspo_lite.rollout.decoding.decode` (ended rows leave the pass; same tokens) instead of `generate`."""
         self.preallocate_cache = preallocate_cache
-        """With drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same tokens)."""
+        """With rollout.drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same
+        tokens)."""
 
-    @classmethod
-    def from_config(cls, model, tokenizer, rollout_config, max_prompt_tokens: int = 512, progress: bool = False,
-                    generate_kwargs: dict | None = None, plain_model: bool = True):
-        """plain_model=False (FSDP-sharded weights, Unsloth) turns the shared prefill and the LoRA merge off:
-        `model.generate` then runs as is."""
-        return cls(model, tokenizer, rollout_config.max_new_tokens, rollout_config.temperature, rollout_config.top_p,
-                   rollout_config.generation_batch_size, max_prompt_tokens, progress, generate_kwargs,
-                   rollout_config.share_prompt_prefill and plain_model,
-                   rollout_config.merge_lora_for_generation and plain_model,
-                   rollout_config.share_prompt_prefix and plain_model, rollout_config.drop_ended_rows and plain_model)
+    @property
+    def generation_batch_size(self) -> int:
+        """Sequences generated at once (rollout.generation_batch_size)."""
+        return self.rollout.generation_batch_size
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -120,24 +109,22 @@ class TransformersRollout:
         model.eval()
         chunks = []
         batches = range(0, len(expanded), self.generation_batch_size)
-        with merged_lora_weights(model) if self.merge_lora else contextlib.nullcontext():
+        sampling = self.sampling(eos, do_sample, max_new_tokens, self.generate_kwargs.get("min_new_tokens") or 0)
+        with merged_lora_weights(model) if self.rollout.merge_lora_for_generation else contextlib.nullcontext():
             for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
                 batch = expanded[start : start + self.generation_batch_size]
                 encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
                                     truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
-                sampling = dict(do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0) if do_sample \
-                    else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-                limit = max_new_tokens or self.max_new_tokens
-                if self.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
+                if self.rollout.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
                         getattr(model, "generation_config", None)):
-                    new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], limit, eos, pad_id,
-                                        do_sample, self.temperature, self.top_p,
+                    new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
                                         self._prefilled(encoded).get("past_key_values"),
-                                        preallocate_cache=self.preallocate_cache,
-                                        min_new_tokens=self.generate_kwargs.get("min_new_tokens") or 0)
+                                        preallocate_cache=self.preallocate_cache)
                 else:
-                    output = model.generate(**encoded, max_new_tokens=limit, eos_token_id=eos, pad_token_id=pad_id,
-                                            use_cache=True, **sampling, **self._prefilled(encoded),
+                    drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
+                        if do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+                    output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
+                                            pad_token_id=pad_id, use_cache=True, **drawn, **self._prefilled(encoded),
                                             **self.generate_kwargs)
                     new_tokens = output[:, encoded["input_ids"].shape[1]:]
                 chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens))
@@ -161,10 +148,10 @@ class TransformersRollout:
         (share_prompt_prefix, when that start has MIN_SHARED_PREFIX tokens), else each distinct prompt once;
         empty when neither saves anything."""
         ids, mask = encoded["input_ids"], encoded["attention_mask"]
-        if not self.share_prompt_prefill or ids.shape[1] < 2:
+        if not self.rollout.share_prompt_prefill or ids.shape[1] < 2:
             return {}
         groups = distinct_prompts(ids, mask)
-        if self.share_prompt_prefix:
+        if self.rollout.share_prompt_prefix:
             prefix = common_prefix_length(ids[:, :-1], mask[:, :-1])
             if prefix >= MIN_SHARED_PREFIX:
                 return {"past_key_values": shared_prefix_prefill(self.model, ids[:, :-1], mask[:, :-1], groups, prefix)}

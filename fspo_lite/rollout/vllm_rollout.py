@@ -31,8 +31,9 @@ from pathlib import Path
 
 import torch
 
-from fspo_lite.config import ConfigError
+from fspo_lite.config import ConfigError, ModelConfig, RolloutConfig, TrainConfig
 from fspo_lite.models.policy import TINY, ModelLoadError, compute_dtype, model_source
+from fspo_lite.rollout.sampling import Engine, Sampling
 from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -54,17 +55,17 @@ def prompt_token_ids(tokenizer, prompts: list[str], max_prompt_tokens: int) -> l
     return [list(ids) for ids in encoded["input_ids"]]
 
 
-def sampling_arguments(num_samples: int, do_sample: bool, temperature: float, top_p: float, max_tokens: int,
-                       stop_token_ids: list[int], with_logprobs: bool) -> dict:
-    """Keyword arguments of `vllm.SamplingParams` for one request per prompt.
+def sampling_arguments(sampling: Sampling, num_samples: int, with_logprobs: bool) -> dict:
+    """Keyword arguments of `vllm.SamplingParams` for one request per prompt (sampling.eos_ids stop a completion).
 
     Sampling asks for n=num_samples per request; greedy decoding gives one completion per request
     (the caller repeats the prompt), since n greedy samples of one prompt are identical anyway.
     logprobs=0 returns the log-prob of the sampled token only.
     """
-    arguments = dict(n=num_samples if do_sample else 1, max_tokens=max_tokens, stop_token_ids=list(stop_token_ids),
-                     temperature=temperature if do_sample else 0.0, top_p=top_p if do_sample else 1.0,
-                     skip_special_tokens=True)
+    do_sample = sampling.do_sample
+    arguments = dict(n=num_samples if do_sample else 1, max_tokens=sampling.max_new_tokens,
+                     stop_token_ids=list(sampling.eos_ids), temperature=sampling.temperature if do_sample else 0.0,
+                     top_p=sampling.top_p if do_sample else 1.0, skip_special_tokens=True)
     if with_logprobs:
         arguments["logprobs"] = 0
     return arguments
@@ -160,14 +161,15 @@ class AdapterVersions:
         return adapter_name(self.run_id, self.version), self.version, str(path)
 
 
-def require_lora(config, engine: str) -> None:
-    if not config.model.lora:
+def require_lora(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig, engine: str) -> None:
+    """The vLLM engines serve the policy as a LoRA adapter; sampler log-probs stand in for pi_old only with mu = 1."""
+    if not model_config.lora:
         raise ValueError(
             f"rollout.engine={engine} sends the policy to vLLM as a LoRA adapter on every step; full fine-tuning "
             "(model.lora=false) would need a weight sync into vLLM, which fspo-lite does not do. "
             "Use rollout.engine=transformers for full fine-tuning."
         )
-    if config.rollout.use_sampler_logprobs and config.train.ppo_epochs != 1:
+    if rollout.use_sampler_logprobs and train.ppo_epochs != 1:
         raise ValueError("rollout.use_sampler_logprobs is valid only with train.ppo_epochs=1 (see docs/gpu.md)")
 
 
@@ -194,37 +196,38 @@ def vllm_platform() -> str | None:
     return None
 
 
-def vllm_option_problems(config, platform: str) -> list[str]:
-    """The settings of `config` that vLLM cannot honour on `platform` ('cuda' or 'cpu'), one line each.
+def vllm_option_problems(rollout: RolloutConfig, model_config: ModelConfig, platform: str) -> list[str]:
+    """The settings of the rollout and model sections that vLLM cannot honour on `platform` ('cuda' or 'cpu'), one
+    line each.
 
     vLLM's CPU platform has no sleep mode (it moves GPU memory) and no bitsandbytes 4-bit (CUDA kernels)."""
     if platform != "cpu":
         return []
     problems = []
-    if config.rollout.vllm_enable_sleep_mode:
+    if rollout.vllm_enable_sleep_mode:
         problems.append("rollout.vllm_enable_sleep_mode=true needs vLLM on a CUDA GPU (sleep mode frees GPU memory; "
                         "vLLM's CPU build has none): set rollout.vllm_enable_sleep_mode=false")
-    if config.model.load_in_4bit:
+    if model_config.load_in_4bit:
         problems.append("model.load_in_4bit=true with rollout.engine=vllm needs a CUDA GPU (vLLM's bitsandbytes 4-bit "
                         "has CUDA kernels only): set model.load_in_4bit=false, or rollout.engine=transformers, which "
                         "runs 4-bit on the CPU")
     return problems
 
 
-def check_vllm_engine(config) -> str | None:
+def check_vllm_engine(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig) -> str | None:
     """Before any model loads: the platform the colocated vLLM engine will run on ('cuda' or 'cpu'), or a
     one-line error when vllm is missing, has no platform here, or cannot honour a setting there. None for the
     other engines (the server engine needs no local vllm)."""
-    if config.rollout.engine != "vllm":
+    if rollout.engine != "vllm":
         return None
-    require_lora(config, "vllm")
+    require_lora(rollout, model_config, train, "vllm")
     if importlib.util.find_spec("vllm") is None:
         raise ModelLoadError(f"rollout.engine=vllm needs the 'vllm' package: {INSTALL_HINT}")
     platform = vllm_platform()
     if platform is None:
         raise ModelLoadError("rollout.engine=vllm: the installed vllm finds no platform here (no CUDA GPU, and it is "
                              f"not vLLM's CPU build); use rollout.engine=transformers, or {INSTALL_HINT}")
-    problems = vllm_option_problems(config, platform)
+    problems = vllm_option_problems(rollout, model_config, platform)
     if problems:
         raise ConfigError(problems[0])
     return platform
@@ -240,40 +243,27 @@ def cpu_kv_cache_gib() -> int:
     return int(value)
 
 
-class VLLMRollout:
-    """A colocated `vllm.LLM` (or Unsloth's) with the trainer's adapter passed per request."""
+def unsloth_llm(policy):
+    """The vLLM engine Unsloth started beside its model (model.backend=unsloth)."""
+    llm = getattr(policy, "vllm_engine", None)
+    if llm is None:
+        raise RuntimeError("the Unsloth model has no vLLM engine; it is started with fast_inference=True, "
+                           "which the trainer asks for when rollout.engine=vllm")
+    return llm
 
-    def __init__(self, policy, tokenizer, llm, max_new_tokens: int = 256, temperature: float = 1.0, top_p: float = 1.0,
-                 max_prompt_tokens: int = 512, with_logprobs: bool = False, sleep_between_rollouts: bool = False,
+
+class VLLMRollout(Engine):
+    """A colocated `vllm.LLM` (or Unsloth's) with the trainer's adapter passed per request; the rollout section gives
+    the sampling, use_sampler_logprobs and vllm_enable_sleep_mode."""
+
+    def __init__(self, policy, tokenizer, llm, rollout: RolloutConfig, max_prompt_tokens: int = 512,
                  adapter_root: str | Path | None = None, device=None):
-        self.policy = policy
-        self.tokenizer = tokenizer
+        super().__init__(policy, tokenizer, rollout, max_prompt_tokens)
         self.llm = llm
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_prompt_tokens = max_prompt_tokens
-        self.with_logprobs = with_logprobs
-        self.sleep_between_rollouts = sleep_between_rollouts
         self.asleep = False
         self.adapters = AdapterVersions(adapter_root)
         self.device = device
         self.eos = eos_ids(tokenizer, policy)
-
-    @classmethod
-    def from_config(cls, policy, tokenizer, config, dist):
-        require_lora(config, "vllm")
-        if config.model.backend == "unsloth":
-            llm = getattr(policy, "vllm_engine", None)
-            if llm is None:
-                raise RuntimeError("the Unsloth model has no vLLM engine; it is started with fast_inference=True, "
-                                   "which the trainer asks for when rollout.engine=vllm")
-        else:
-            llm = build_llm(config, dist.rank, dist.world_size)
-        root = Path(config.train.output_dir) / "rollout_adapters" / f"rank{dist.rank}"
-        return cls(policy, tokenizer, llm, config.rollout.max_new_tokens, config.rollout.temperature,
-                   config.rollout.top_p, config.data.max_prompt_tokens, config.rollout.use_sampler_logprobs,
-                   config.rollout.vllm_enable_sleep_mode, root, dist.device)
 
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
                  max_new_tokens: int | None = None) -> Rollout:
@@ -281,45 +271,47 @@ class VLLMRollout:
         from vllm.lora.request import LoRARequest
 
         ids = prompt_token_ids(self.tokenizer, prompts, self.max_prompt_tokens)
-        arguments = sampling_arguments(num_samples, do_sample, self.temperature, self.top_p,
-                                       max_new_tokens or self.max_new_tokens, self.eos, self.with_logprobs)
+        with_logprobs = self.rollout.use_sampler_logprobs
+        arguments = sampling_arguments(self.sampling(self.eos, do_sample, max_new_tokens), num_samples, with_logprobs)
         requests = ids if do_sample else [p for p in ids for _ in range(num_samples)]
-        name, adapter_id, path = self.adapters.save(self.policy)
+        name, adapter_id, path = self.adapters.save(self.model)
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in requests], SamplingParams(**arguments),
                                     lora_request=LoRARequest(name, adapter_id, path), use_tqdm=False)
-        if self.sleep_between_rollouts:
+        if self.rollout.vllm_enable_sleep_mode:
             self.llm.sleep(level=1)  # base weights to CPU RAM, KV cache freed: the update gets the memory
             self.asleep = True
-        completions, logprobs = completions_from_request_outputs(outputs, self.with_logprobs)
+        completions, logprobs = completions_from_request_outputs(outputs, with_logprobs)
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)
 
 
-def build_llm(config, rank: int = 0, world_size: int = 1):
-    """A `vllm.LLM` for the policy's base model, with LoRA slots, memory share and sleep mode from the config.
+def build_llm(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig, max_prompt_tokens: int,
+              rank: int = 0, world_size: int = 1):
+    """A `vllm.LLM` for the policy's base model, with LoRA slots, memory share and sleep mode from the rollout
+    section, room for max_prompt_tokens + rollout.max_new_tokens tokens and the seed train.seed + rank.
 
     On a CUDA GPU vLLM takes rollout.vllm_gpu_memory_utilization of the GPU; on vLLM's CPU platform that share
     does not apply (it would be a share of the machine's RAM) and a fixed KV cache (cpu_kv_cache_gib) is used."""
-    platform = check_vllm_engine(config)
-    if config.model.name == TINY:
+    platform = check_vllm_engine(rollout, model_config, train)
+    if model_config.name == TINY:
         raise ModelLoadError("the tiny test model has no files for vLLM to load; use a hub id or a local folder")
     if platform == "cpu" and world_size > 1:
         raise ConfigError("rollout.engine=vllm on vLLM's CPU build runs in one training process; several processes "
                           "(torchrun, accelerate) need vLLM on CUDA GPUs")
     from vllm import LLM
 
-    if platform == "cuda" and config.model.load_in_4bit:
+    if platform == "cuda" and model_config.load_in_4bit:
         dtype = compute_dtype(torch.cuda.is_bf16_supported())
     else:
-        dtype = config.model.dtype
+        dtype = model_config.dtype
     arguments = dict(
-        model=str(model_source(config.model.name)), dtype=str(dtype).replace("torch.", ""),
+        model=str(model_source(model_config.name)), dtype=str(dtype).replace("torch.", ""),
         enable_lora=True, max_loras=1,
-        max_lora_rank=vllm_lora_rank(config.rollout.vllm_max_lora_rank or config.model.lora_r),
-        max_model_len=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
-        seed=config.train.seed + rank, trust_remote_code=config.model.trust_remote_code,
+        max_lora_rank=vllm_lora_rank(rollout.vllm_max_lora_rank or model_config.lora_r),
+        max_model_len=max_prompt_tokens + rollout.max_new_tokens,
+        seed=train.seed + rank, trust_remote_code=model_config.trust_remote_code,
     )
     if platform == "cpu":
         gib = cpu_kv_cache_gib()
@@ -327,11 +319,11 @@ def build_llm(config, rank: int = 0, world_size: int = 1):
         print(f"[fspo_lite] vLLM runs on the CPU (its CPU build): rollout.vllm_gpu_memory_utilization does not apply; "
               f"KV cache {gib} GiB (VLLM_CPU_KVCACHE_SPACE)", flush=True)
     else:
-        arguments.update(gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization,
-                         enable_sleep_mode=config.rollout.vllm_enable_sleep_mode)
-    if config.model.load_in_4bit:
+        arguments.update(gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
+                         enable_sleep_mode=rollout.vllm_enable_sleep_mode)
+    if model_config.load_in_4bit:
         arguments["quantization"] = "bitsandbytes"
-    if config.rollout.use_sampler_logprobs:
+    if rollout.use_sampler_logprobs:
         arguments["logprobs_mode"] = "processed_logprobs"  # after temperature, as the trainer computes them
     if world_size > 1:
         arguments["distributed_executor_backend"] = "external_launcher"  # one engine per training rank

@@ -12,9 +12,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from fspo_lite.config import RolloutConfig
+from fspo_lite.rollout.sampling import Engine
 from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
-from fspo_lite.rollout.vllm_rollout import (AdapterVersions, prompt_token_ids, require_lora, rollout_from_token_ids,
-                                            sampling_arguments)
+from fspo_lite.rollout.vllm_rollout import AdapterVersions, prompt_token_ids, rollout_from_token_ids, sampling_arguments
 
 
 def answer_from_body(body: str) -> dict:
@@ -71,45 +72,35 @@ def stale_adapters(models_answer: dict, root: str | Path, keep: str | None = Non
     return names
 
 
-class VLLMServerRollout:
-    """Sampling from an OpenAI-compatible vLLM server, the current adapter registered per step.
+def require_server_url(rollout: RolloutConfig) -> None:
+    if not rollout.vllm_server_url:
+        raise ValueError("rollout.engine=vllm-server needs rollout.vllm_server_url (e.g. http://localhost:8000)")
+
+
+class VLLMServerRollout(Engine):
+    """Sampling from an OpenAI-compatible vLLM server (rollout.vllm_server_url, rollout.vllm_server_timeout), the
+    current adapter registered per step.
 
     The server must run with --enable-lora (and --max-lora-rank >= model.lora_r) and the
     environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and must be able to read the
     adapter folders this process writes (under train.output_dir).
     """
 
-    def __init__(self, policy, tokenizer, url: str, max_new_tokens: int = 256, temperature: float = 1.0,
-                 top_p: float = 1.0, max_prompt_tokens: int = 512, with_logprobs: bool = False,
-                 adapter_root: str | Path | None = None, timeout: float = 600.0, device=None):
-        self.policy = policy
-        self.tokenizer = tokenizer
-        self.url = url.rstrip("/")
-        self.max_new_tokens = max_new_tokens
-        self.temperature = temperature
-        self.top_p = top_p
-        self.max_prompt_tokens = max_prompt_tokens
-        self.with_logprobs = with_logprobs
+    def __init__(self, policy, tokenizer, rollout: RolloutConfig, max_prompt_tokens: int = 512,
+                 adapter_root: str | Path | None = None, device=None):
+        require_server_url(rollout)
+        super().__init__(policy, tokenizer, rollout, max_prompt_tokens)
+        self.url = rollout.vllm_server_url.rstrip("/")
+        self.timeout = rollout.vllm_server_timeout
         self.adapters = AdapterVersions(adapter_root)
-        self.timeout = timeout
         self.device = device
         self.eos = eos_ids(tokenizer, policy)
         self.served_adapter: str | None = None
 
-    @classmethod
-    def from_config(cls, policy, tokenizer, config, dist):
-        require_lora(config, "vllm-server")
-        if not config.rollout.vllm_server_url:
-            raise ValueError("rollout.engine=vllm-server needs rollout.vllm_server_url (e.g. http://localhost:8000)")
-        root = Path(config.train.output_dir).resolve() / "rollout_adapters" / f"rank{dist.rank}"
-        return cls(policy, tokenizer, config.rollout.vllm_server_url, config.rollout.max_new_tokens,
-                   config.rollout.temperature, config.rollout.top_p, config.data.max_prompt_tokens,
-                   config.rollout.use_sampler_logprobs, root, config.rollout.vllm_server_timeout, dist.device)
-
     def _publish_adapter(self) -> str:
         """Save the adapter as a new version, register it with the server, drop the previous one (and, on the first
         call, those an earlier killed run of this output folder left loaded)."""
-        name, _, path = self.adapters.save(self.policy)
+        name, _, path = self.adapters.save(self.model)
         try:
             post_json(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, self.timeout)
         except RuntimeError as error:
@@ -128,18 +119,17 @@ class VLLMServerRollout:
         return name
 
     def completion_request(self, model: str, ids: list[list[int]], num_samples: int, do_sample: bool,
-                           max_new_tokens: int) -> dict:
+                           max_new_tokens: int | None = None) -> dict:
         """The /v1/completions body: token-id prompts, and token ids back (vLLM's return_token_ids)."""
-        arguments = sampling_arguments(num_samples, do_sample, self.temperature, self.top_p, max_new_tokens,
-                                       self.eos, self.with_logprobs)
+        arguments = sampling_arguments(self.sampling(self.eos, do_sample, max_new_tokens), num_samples,
+                                       self.rollout.use_sampler_logprobs)
         return {"model": model, "prompt": ids, "return_token_ids": True, **arguments}
 
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
                  max_new_tokens: int | None = None) -> Rollout:
         ids = prompt_token_ids(self.tokenizer, prompts, self.max_prompt_tokens)
         requests = ids if do_sample else [p for p in ids for _ in range(num_samples)]
-        body = self.completion_request(self._publish_adapter(), requests, num_samples, do_sample,
-                                       max_new_tokens or self.max_new_tokens)
+        body = self.completion_request(self._publish_adapter(), requests, num_samples, do_sample, max_new_tokens)
         answer = post_json(f"{self.url}/v1/completions", body, self.timeout)
         choices = answer.get("choices")
         if not isinstance(choices, list) or not all(isinstance(choice, dict) for choice in choices):
@@ -149,5 +139,6 @@ class VLLMServerRollout:
             raise RuntimeError("the server returned no token ids; fspo-lite needs a vLLM server that supports "
                                "return_token_ids (vLLM 0.10.2 or newer)")
         completions = [list(choice["token_ids"]) for choice in choices]
-        logprobs = [choice["logprobs"]["token_logprobs"] for choice in choices] if self.with_logprobs else None
+        with_logprobs = self.rollout.use_sampler_logprobs
+        logprobs = [choice["logprobs"]["token_logprobs"] for choice in choices] if with_logprobs else None
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)

@@ -58,7 +58,7 @@ class Trainer:
             raise TrainingError(earlier_run(config.train.output_dir))
         if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
             check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
-        check_rollout_engine(config)  # vLLM: installed, a platform here, and the settings that platform honours
+        check_rollout_engine(config.rollout, config.model, config.train)  # vLLM: installed, a platform, its settings
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)
@@ -86,7 +86,8 @@ class Trainer:
         self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
             self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
-        self.engine = build_rollout_engine(model, tokenizer, config, self.dist)
+        self.engine = build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
+                                           config.data.max_prompt_tokens, self.dist)
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)

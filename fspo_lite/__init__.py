@@ -1,7 +1,9 @@
 """fspo-lite: factuality-aware RL for LLMs (FSPO, GRPO and friends), small enough to read.
 
-The math lives in pure functions (`algos`, `text`, `align`); the trainer and rollout engines
-are thin shells around them. See README.md and docs/ for the tour.
+The folders follow one training step: data/ -> rollout/ -> scoring/ -> update/, with logs/ below the update that
+writes them, evaluation/ and drivers/ on top; the math lives in pure functions (`algos`, `text`,
+`scoring.align`), and the trainer and rollout engines are thin shells around them. docs/architecture.md gives
+the layout and the FSPO path in reading order.
 """
 
 from fspo_lite.algos import (aggregate_loss, clipped_surrogate, fspo_flip, group_advantages, kl_k3, reward_to_go,

@@ -20,15 +20,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fspo_lite.scoring.advantage_mass import REGIONS, advantage_mass, token_regions  # noqa: E402
 from fspo_lite.config import apply_overrides, load_config  # noqa: E402
+from fspo_lite.drivers.prompt_sweep import BUILTIN_PROMPTS  # noqa: E402
+from fspo_lite.scoring.advantage_mass import REGIONS, advantage_mass, token_regions  # noqa: E402
 from fspo_lite.scoring.rewards import advantages_from_scores, score_rollouts  # noqa: E402
-from fspo_lite.update.trainer import Trainer  # noqa: E402
 from fspo_lite.scoring.verifiers import build_verifier  # noqa: E402
+from fspo_lite.update.trainer import Trainer  # noqa: E402
 
-STUDY_PROMPT = ("You are a careful assistant. Answer only when you are confident. If you are not sure, write "
-                "<answer>Unknown</answer>. Think inside <think> </think>, then give the final answer inside <answer> "
-                "</answer>.")
+STUDY_PROMPT = BUILTIN_PROMPTS["cautious"]  # the study's system prompt (configs/lite/study.yaml)
 ARMS = {"grpo": ("grpo", "lexical"), "fspo": ("fspo", "lexical"), "fspo+kb": ("fspo", "kb")}
 
 

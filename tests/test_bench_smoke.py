@@ -123,3 +123,65 @@ def test_study_time_runs(tmp_path):
 def test_gemm_dtype_runs():
     stdout = run("bench/gemm_dtype.py", "--rows", "4", "--rounds", "1", "--seconds", "0.01", "--threads", "1")
     assert "4 rows: float32 " in stdout and "bfloat16 / float32 speed" in stdout
+
+
+def test_sampler_precision_runs(tmp_path):
+    """bench/sampler_precision.py: int8 and bfloat16 samplers against float32 (speed, log-prob gap, outliers)."""
+    out = tmp_path / "sampler.jsonl"
+    stdout = run("bench/sampler_precision.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens",
+                 "3", "--repeats", "1", "--out", str(out))
+    assert "log-prob gap to float32, int8:" in stdout and "bfloat16:" in stdout
+    result = json.loads(out.read_text())
+    assert set(result["speed"]) == {"float32", "int8", "int8-no-down", "bfloat16"}
+    assert set(result["gap"]) == {"int8", "int8-no-down", "bfloat16"} and result["tokens_scored"] > 0
+    # the tiny model's random weights have no outliers: every variant stays close to float32 there
+    assert all(gap["mean_abs"] < 0.1 for gap in result["gap"].values())
+
+
+def load_bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sampler_precision_quantizes_rows_as_computed_by_hand():
+    import torch
+
+    bench = load_bench("sampler_precision")
+    weight = torch.tensor([[0.5, -1.27, 0.0], [0.0, 0.0, 0.0], [2.54, 1.0, -0.02]])
+    values, scales = bench.quantize_rows(weight)
+    # row 0: scale 1.27 / 127 = 0.01 -> 50, -127, 0; row 1: all zero -> scale 1; row 2: scale 0.02 -> 127, 50, -1
+    assert torch.allclose(scales, torch.tensor([0.01, 1.0, 0.02]))
+    assert values.tolist() == [[50, -127, 0], [0, 0, 0], [127, 50, -1]] and values.dtype == torch.int8
+    assert ((values.float() * scales[:, None] - weight).abs() <= scales[:, None] / 2 + 1e-7).all()
+    # torch's int8 linear holds the same integers and computes x @ (q * scale)^T
+    layer = bench.int8_linear(weight, None)
+    assert layer.weight().int_repr().tolist() == values.tolist()
+    with pytest.raises(ValueError, match=r"\(out, in\) weight"):
+        bench.quantize_rows(torch.ones(3))
+
+
+def test_sampler_precision_gap_by_hand():
+    import torch
+
+    bench = load_bench("sampler_precision")
+    reference = torch.tensor([-1.0, -2.0, -0.5, -3.0])
+    other = torch.tensor([-1.0, -2.5, -0.4, -3.0])  # ratios exp(ref - other): 1, e^0.5 = 1.65, e^-0.1 = 0.905, 1
+    result = bench.gap(reference, other)
+    assert result["mean_abs"] == pytest.approx(0.15) and result["outside_clip"] == pytest.approx(0.25)
+
+
+def test_sampler_precision_int8_context_restores_the_float_layers():
+    import torch
+
+    bench = load_bench("sampler_precision")
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    x = torch.randn(5, 4)
+    before = model(x)
+    with bench.int8_weights(model) as swapped:
+        inside = model(x)
+    assert swapped == 2 and not torch.equal(inside, before) and torch.allclose(inside, before, atol=0.05)
+    assert torch.equal(model(x), before) and "forward" not in vars(model[0])
+    with bench.int8_weights(model, skip=("2",)) as swapped:
+        assert swapped == 1

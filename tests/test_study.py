@@ -94,6 +94,8 @@ def test_base_evaluation_is_read_back_when_made_with_the_same_settings(tmp_path,
     config = run_config(SHARED, "grpo", 0, tmp_path)
     first = evaluate_base(config, tmp_path)
     assert first["method"] == "base" and (tmp_path / "base" / "heldout.json").exists()
+    # the CPU that made it: runs of one study may come from several machines (scripts/keep_finished_runs.py)
+    assert "cores, torch CPU capability " in json.loads((tmp_path / "base" / "heldout.json").read_text())["machine"]
 
     def no_model(*args, **kwargs):
         raise AssertionError("the base model was evaluated again")

@@ -1,7 +1,7 @@
 """The blind audit: held-out reasoning sentences of two methods, labeled by a person without knowing which model
 wrote them, then unblinded and compared (docs/statistics.md, "The blind audit").
 
-    python -m fspo_lite audit sample --runs runs/study --methods grpo,fspo --n 150 \
+    python -m fspo_lite audit sample --runs results/study/runs --methods grpo,fspo --n 150 \
         --out results/study/audit_items.jsonl --key results/study/audit_key.json
     # label audit_items.jsonl (notebook 02's LabelingSession, data/gold_sentences.md's protocol), then
     python -m fspo_lite audit score --items results/study/audit_items.jsonl --key results/study/audit_key.json

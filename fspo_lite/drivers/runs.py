@@ -53,8 +53,8 @@ def run_name(method: str, seed: int) -> str:
 def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress: bool = False, **info) -> dict:
     """Score a model (a trained PEFT adapter in memory, or the base model) with the evaluation harness on
     config.evaluation's benchmarks, into `<run_dir>/eval/`; write `<run_dir>/heldout.json` with `info`
-    (method, seed, ...), every benchmark metric as 'benchmark.metric', and the judge's coverage on the
-    short-QA benchmarks (share of reasoning sentences it could check). Returns that record."""
+    (method, seed, ...), every benchmark metric as 'benchmark.metric', the judge's coverage on the
+    short-QA benchmarks (share of reasoning sentences it could check) and the `machine`. Returns that record."""
     from fspo_lite.evaluation import evaluate
 
     run_dir = Path(run_dir)
@@ -66,9 +66,20 @@ def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress
         labels = [label for r in result.records if r["benchmark"] == name for label in r["sentence_labels"]]
         metrics[f"{name}.judge_coverage"] = sum(1 for label in labels if label) / len(labels) if labels else float("nan")
     record = {**info, "judge": config.evaluation.step_verifier, "benchmarks": list(config.evaluation.benchmarks),
-              "limit": config.evaluation.limit, "samples": config.evaluation.samples, "metrics": metrics}
+              "limit": config.evaluation.limit, "samples": config.evaluation.samples, "metrics": metrics,
+              "machine": machine()}
     (run_dir / "heldout.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def machine() -> str:
+    """The CPU (model, cores, torch's instruction set) a run was made on: float sums, hence sampled tokens, can
+    differ between CPUs, so a study whose runs were made on several machines says which made which."""
+    import torch
+
+    from fspo_lite.scoring.verifiers.cli import machine_description
+
+    return f"{machine_description()}, torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
 
 
 # ---- resumable runs (the study) ---------------------------------------------------------------

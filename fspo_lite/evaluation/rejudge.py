@@ -1,7 +1,7 @@
 """Judge held-out responses already on disk again with another step verifier, without retraining or regenerating:
 the knowledge-base checker (verifier `kb`) as a held-out judge of the kbqa answers of every run.
 
-    python -m fspo_lite.evaluation.rejudge --runs runs/study --judge kb
+    python -m fspo_lite.evaluation.rejudge --runs results/study/runs --judge kb
 
 Each run's eval/records.jsonl keeps, per kbqa response, its text (`output`) and the character spans of its
 reasoning sentences (`sentence_spans`); the judge labels those sentences against the question's evidence and the

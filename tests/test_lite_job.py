@@ -49,6 +49,12 @@ def test_quick_profile_runs_the_notebook_sequence(tmp_path, capfd):
     assert heldout["judge"] == "embedding" and heldout["train_verifier"] == "lexical"
     assert {f"{b}." for b in trained["eval_benchmarks"]} <= {k.split(".")[0] + "." for k in heldout["metrics"]}
     assert (tmp_path / "runs" / "fspo_s0" / "eval" / "records.jsonl").exists()
+    # notebook 04's rejudge parameter (as the study): the kb checker labels every run's kbqa sentences first
+    assert summary["statistics"]["judges"][-1] == "kb" and "step_hallucination@kb" in markdown
+    records = [json.loads(line) for line in (tmp_path / "runs" / "fspo_s0" / "eval" / "records.jsonl").read_text()
+               .splitlines()]
+    kbqa = [r for r in records if r["benchmark"] == "kbqa"]
+    assert kbqa and all("kb" in r["sentence_labels_by_judge"] for r in kbqa)
 
 
 def test_outputs_name_paths_relative_to_the_repository(tmp_path):

@@ -26,13 +26,15 @@ TEXT_SUFFIXES = {".json", ".jsonl", ".yaml", ".csv", ".md", ".txt"}
 
 
 def finished(run: Path) -> bool:
-    """Whether the run folder holds a held-out record made with the settings its run_settings.json names."""
+    """Whether the run folder holds a held-out record made with the settings its run_settings.json names (the
+    check notebook 03 makes before it skips a run)."""
+    from fspo_lite.drivers.runs import RUN_SETTINGS, finished_record
+
     try:
-        key = json.loads((run / "run_settings.json").read_text())["settings_key"]
-        record = json.loads((run / "heldout.json").read_text())
+        key = json.loads((run / RUN_SETTINGS).read_text())["settings_key"]
     except (FileNotFoundError, KeyError, json.JSONDecodeError):
         return False
-    return record.get("settings_key") == key
+    return finished_record(run, key) is not None
 
 
 def finished_base(run: Path) -> bool:

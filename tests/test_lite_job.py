@@ -42,6 +42,9 @@ def test_quick_profile_runs_the_notebook_sequence(tmp_path, capfd):
     assert len(summary["runs"]) == 1 + len(trained["methods"]) * len(trained["seeds"])
     assert summary["goal"]["baseline"] == "grpo" and "met" in summary["goal"]
     assert set(summary["job"]["notebook_seconds"]) == {name for name, _ in profile.notebooks}
+    runs = len(trained["methods"]) * len(trained["seeds"])
+    assert summary["job"]["runs"] == {"trained": runs, "resumed": 0, "skipped": 0}
+    assert f"Runs: {runs} trained in this invocation." in markdown
     assert "| fspo | 1 |" in (tmp_path / "results" / "summary.md").read_text()
     for figure in ("training_curves", "accuracy_vs_hallucination", "decomposition"):
         assert (tmp_path / "figures" / f"quick_{figure}.png").stat().st_size > 1000
@@ -71,3 +74,27 @@ def test_outputs_name_paths_relative_to_the_repository(tmp_path):
         "metadata": {"input_path": "notebooks/01.ipynb"},
         "outputs": [".venv/lib/x.py:3: FutureWarning", "/elsewhere/runs/a"]}
     assert without_root(f"![figure]({root}/figures/a.png)\n", root) == "![figure](figures/a.png)\n"
+
+
+def test_the_last_invocation_says_what_it_trained_resumed_and_skipped(tmp_path):
+    from fspo_lite.drivers.report.readme import study_time
+    from fspo_lite.drivers.report.render import resumed_note
+    from fspo_lite.drivers.runs import invocation_counts, write_invocation
+
+    assert invocation_counts(tmp_path) is None  # nothing written yet: the report says nothing about it
+    records = [{"method": "grpo", "seed": 0, "status": "skipped", "minutes": 0.0},
+               {"method": "fspo+kb", "seed": 0, "status": "resumed", "minutes": 4.5},
+               {"method": "fspo+kb", "seed": 1, "status": "trained", "minutes": 9.0},
+               {"method": "fspo", "seed": 1, "status": "trained", "minutes": 8.0}]
+    path = write_invocation(tmp_path, records)
+    assert json.loads(path.read_text())["runs"]["fspo_kb_s0"] == {"status": "resumed", "minutes": 4.5}
+    counts = invocation_counts(tmp_path)
+    assert counts == {"trained": 2, "resumed": 1, "skipped": 1}
+    assert resumed_note(counts) == ("Runs: this invocation trained 2, resumed 1 from their checkpoints and skipped 1 "
+                                    "finished by earlier ones, so its wall time is not the time of the whole job.")
+    job = {"command": "python -m fspo_lite lite --profile study", "total_seconds": 600.0, "runs": counts}
+    assert study_time({"job": job}).startswith("Wall time of the study's last invocation: 10.0 min (`python -m")
+    job["runs"] = {"trained": 4, "resumed": 0, "skipped": 0}
+    assert study_time({"job": job}).startswith("Wall time of the whole study, run in one piece: 10.0 min")
+    del job["runs"]  # summaries written before the count: as before
+    assert study_time({"job": job}).startswith("Wall time of the whole study, run in one piece")

@@ -323,3 +323,117 @@ def test_study_report_answers_the_detail_arm_question(tmp_path):
     text = (tmp_path / "results" / "summary.md").read_text()
     assert "## Does the detail term keep fspo's gain without saying less?" in text
     assert "- embedding: yes on the point estimates, but the intervals do not resolve it." in text
+
+
+def _pairs(rows):
+    """rows: (metric, method, baseline, (diff, low, high))."""
+    return pd.DataFrame([{"metric": m, "method": a, "baseline": b, "diff": d, "low": lo, "high": hi}
+                         for m, a, b, (d, lo, hi) in rows])
+
+
+def test_interval_side_and_direction_agree():
+    from fspo_lite.drivers.report import direction, interval_side
+
+    assert interval_side(-0.3, -0.1) == "below" and interval_side(0.1, 0.2) == "above"
+    assert interval_side(-0.1, 0.1) == "unresolved" and interval_side(0.0, 0.2) == "unresolved"
+    assert interval_side(math.nan, 0.2) == "n/a"
+    assert direction({"low": 0.1, "high": 0.3}) == "above"
+
+
+def test_verifier_check_yes_partly_no_and_the_trained_judge_left_out():
+    from fspo_lite.drivers.report import verifier_answer, verifier_check
+
+    def table(emb_supported, lik_supported, emb_vs_grpo=(0.0, -0.1, 0.1)):
+        return _pairs([("supported_per_response@embedding", "fspo+kb", "fspo", emb_supported),
+                       ("unsupported_per_response@embedding", "fspo+kb", "fspo", (0.0, -0.1, 0.1)),
+                       ("supported_per_response@embedding", "fspo+kb", "grpo", emb_vs_grpo),
+                       ("supported_per_response@likelihood", "fspo+kb", "fspo", lik_supported),
+                       ("unsupported_per_response@likelihood", "fspo+kb", "fspo", (-0.2, -0.3, -0.1)),
+                       ("supported_per_response@likelihood", "fspo+kb", "grpo", (0.0, -0.1, 0.1)),
+                       # the kb judge says "more right", but fspo+kb was trained against it: not counted
+                       ("supported_per_response@kb", "fspo+kb", "fspo", (0.5, 0.4, 0.6)),
+                       ("unsupported_per_response@kb", "fspo+kb", "fspo", (-0.5, -0.6, -0.4)),
+                       ("supported_per_response@kb", "fspo+kb", "grpo", (0.5, 0.4, 0.6))])
+
+    judges = ["embedding", "likelihood", "kb"]
+    up, zero = (0.2, 0.1, 0.3), (0.0, -0.1, 0.1)
+    yes = verifier_check(table(up, up), judges, trained_against="kb")
+    assert yes["answer"] == "yes" and [r["judge"] for r in yes["judges"]] == ["embedding", "likelihood"]
+    partly = verifier_check(table(up, zero), judges, trained_against="kb")
+    assert partly["answer"] == "partly"
+    assert verifier_answer(partly, table(up, zero)).startswith(
+        "partly: fspo+kb writes more supported sentences per response than fspo under embedding, not under")
+    no = verifier_check(table(zero, zero), judges, trained_against="kb")
+    assert no["answer"] == "no"
+    text = verifier_answer(no, table(zero, zero))
+    assert text.startswith("no: under no held-out judge") and "supported +0.00 [-0.10, +0.10]" in text
+    assert "The kb judge is left out of the answer" in text
+    # more right than fspo but still fewer supported sentences than grpo under one judge: not a full yes
+    assert verifier_check(table(up, up, (-0.3, -0.4, -0.2)), judges, trained_against="kb")["answer"] == "partly"
+    # counted when nothing was trained against it: the kb judge alone says yes, the others not
+    assert verifier_check(table(zero, zero), judges)["answer"] == "partly"
+    assert verifier_check(_pairs([]).reindex(columns=["metric", "method", "baseline", "low", "high"]),
+                          judges)["answer"] == "n/a"
+
+
+def test_longer_check_compares_the_sides_of_zero_at_both_budgets():
+    from fspo_lite.drivers.report import longer_answer, longer_check
+
+    rows = [("sentences_per_response", "fspo", "grpo", (-0.7, -0.8, -0.5)),
+            ("sentences_per_response", "fspo+4x", "grpo+4x", (-0.6, -0.9, -0.3)),
+            ("matched@embedding", "fspo", "grpo", (0.01, -0.07, 0.08)),
+            ("matched@embedding", "fspo+4x", "grpo+4x", (0.02, -0.05, 0.09)),
+            ("accuracy", "grpo+4x", "grpo", (0.07, 0.03, 0.10))]
+    same = longer_check(_pairs(rows), ["embedding"])
+    assert same["answer"] == "no" and [r["metric"] for r in same["metrics"]] == ["sentences_per_response",
+                                                                                "matched@embedding"]
+    text = longer_answer(same, _pairs(rows))
+    assert text.startswith("no: each of 2 readings of fspo+4x - grpo+4x lies on the same side of 0")
+    assert "reasoning sentences per response -0.70 [-0.80, -0.50] -> -0.60 [-0.90, -0.30]" in text
+    assert "step hallucination at matched length (embedding) +1.0 [-7.0, +8.0] -> +2.0 [-5.0, +9.0]" in text
+    assert "What 4x the budget does to accuracy (points): grpo+4x - grpo +7.0 [+3.0, +10.0]." in text
+    rows[1] = ("sentences_per_response", "fspo+4x", "grpo+4x", (-0.2, -0.5, 0.1))
+    changed = longer_check(_pairs(rows), ["embedding"])
+    assert changed["answer"] == "yes" and changed["metrics"][0]["changed"]
+    assert longer_answer(changed, _pairs(rows)).startswith(
+        "yes, in 1 of 2 readings: reasoning sentences per response below 0 -> holds 0")
+    assert longer_check(_pairs(rows[:1]), ["embedding"])["answer"] == "n/a"
+
+
+def test_study_report_answers_the_added_arms_questions(tmp_path):
+    """fspo+kb (trained with kb) writes fspo's responses: no change against fspo; grpo+4x and fspo+4x repeat
+    grpo and fspo: the picture does not change."""
+    from fspo_lite.drivers.report import Bootstrap, Study, study_report
+    from fspo_lite.drivers.report.readme import added_arms
+
+    runs = _study_runs(tmp_path / "runs")
+    wrong = ("q1", "INCORRECT", {"embedding": [-1], "lexical": [-1]}, 20)
+    right = ("q2", "CORRECT", {"embedding": [1], "lexical": [0]}, 10)
+    for seed in (0, 1):
+        _write_run(runs, f"fspo_kb_s{seed}", "fspo+kb", seed, [wrong, wrong, right, right])
+        _write_run(runs, f"grpo_4x_s{seed}", "grpo+4x", seed, [wrong[:2] + ({"embedding": [-1, -1],
+                                                                             "lexical": [-1, -1]}, 20)] * 2
+                   + [right, right])
+        _write_run(runs, f"fspo_4x_s{seed}", "fspo+4x", seed, [wrong, wrong, right, right])
+    info = json.loads((runs / "fspo_kb_s0" / "heldout.json").read_text())
+    (runs / "fspo_kb_s0" / "heldout.json").write_text(json.dumps({**info, "train_verifier": "lexical2"}))
+    out = study_report(Study(runs, ["base", "grpo", "fspo", "fspo+kb", "grpo+4x", "fspo+4x"],
+                             figures_dir=tmp_path / "figures", results_dir=tmp_path / "results"),
+                       Bootstrap(n_resamples=100))
+    questions = out["questions"]
+    assert questions["verifier"]["trained_against"] == "lexical2"  # read from the arm's heldout.json
+    assert [r["judge"] for r in questions["verifier"]["judges"]] == ["embedding", "lexical"]
+    assert questions["verifier"]["answer"] == "no"
+    assert questions["longer"]["answer"] == "no" and len(questions["longer"]["metrics"]) == 2 + 3 * 2 + 2
+    pairs = {(r["metric"], r["method"], r["baseline"]): r for r in questions["pairs"]}
+    # fspo+4x - grpo+4x: unsupported 0.5 - 1.0 per response on every seed and question pair
+    assert pairs[("unsupported_per_response@embedding", "fspo+4x", "grpo+4x")]["diff"] == pytest.approx(-0.5)
+    assert ("matched@embedding", "fspo+4x", "grpo+4x") in pairs
+    text = (tmp_path / "results" / "summary.md").read_text()
+    assert "## The added arms: a better verifier, a longer run" in text
+    assert "| metric | fspo+kb - fspo | fspo+kb - grpo | fspo - grpo | fspo+4x - grpo+4x | grpo+4x - grpo | " in text
+    assert "- **Does longer training change the picture?** no: " in text
+    summary = {"statistics": json.loads(json.dumps(out)), "report": {"order": ["base", "grpo"]}}
+    block = added_arms(summary)
+    assert block.startswith("- **Does a better verifier turn saying less into saying right?** no: ")
+    assert "\n- **Does longer training change the picture?** no: " in block

@@ -26,6 +26,7 @@ import yaml
 from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.report.render import write_summary
+from fspo_lite.drivers.runs import invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS
 
@@ -235,7 +236,10 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
-    return record_timings(results_dir, profile.name, timings, total, used)
+    runs_dirs = [resolve_parameters(p, out)["runs_dir"] for n, p in profile.notebooks
+                 if n == TRAINING_NOTEBOOK and "runs_dir" in p]
+    runs = invocation_counts(ROOT / runs_dirs[0]) if runs_dirs else None
+    return record_timings(results_dir, profile.name, timings, total, used, runs)
 
 
 _KERNEL_SOCKETS: list[str] = []
@@ -279,13 +283,16 @@ def results_folder(profile: Profile, out: Path) -> Path:
 
 
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
-                   data: dict[str, str] | None = None) -> dict[str, Any]:
-    """Add the profile name, wall times and (when the profile has local_data) which benchmark data each
-    benchmark read to summary.json (written by notebook 04), and render summary.md from it again."""
+                   data: dict[str, str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
+    """Add the profile name, wall times, (when the profile has local_data) which benchmark data each benchmark
+    read and (`runs`, from `invocation_counts`) how many runs this invocation trained, resumed and skipped to
+    summary.json (written by notebook 04), and render summary.md from it again."""
     summary_path = results_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,
                       "command": f"python -m fspo_lite lite --profile {profile}"}
+    if runs is not None:
+        summary["job"]["runs"] = runs
     if data:
         summary["job"]["benchmark_data"] = data
     written = without_root(json.dumps(summary, indent=2))  # notebook 04 wrote the figures' absolute paths

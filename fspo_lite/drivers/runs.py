@@ -46,6 +46,29 @@ def run_config(shared: dict[str, Any], method: str, seed: int, runs_dir: str | P
                                     "train.output_dir": str(Path(runs_dir) / run_name(method, seed))})
 
 
+INVOCATION_FILE = "last_invocation.json"
+"""In a runs folder: what the last `train_and_evaluate_all` did to each run (trained, resumed or skipped) and its
+minutes, so a report can tell a study made in one piece from one resumed across sessions."""
+
+
+def write_invocation(runs_dir: str | Path, records: list[dict]) -> Path:
+    """<runs_dir>/last_invocation.json: each record's run name with its status and minutes."""
+    path = Path(runs_dir) / INVOCATION_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    runs = {run_name(r["method"], r["seed"]): {"status": r["status"], "minutes": r["minutes"]} for r in records}
+    path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    return path
+
+
+def invocation_counts(runs_dir: str | Path) -> dict[str, int] | None:
+    """{"trained": n, "resumed": n, "skipped": n} of the last invocation in `runs_dir`, None if none was written."""
+    path = Path(runs_dir) / INVOCATION_FILE
+    if not path.exists():
+        return None
+    statuses = [run["status"] for run in json.loads(path.read_text())["runs"].values()]
+    return {status: statuses.count(status) for status in ("trained", "resumed", "skipped")}
+
+
 def run_name(method: str, seed: int) -> str:
     return f"{method.replace('+', '_')}_s{seed}"
 
@@ -227,7 +250,8 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
     two threads only partly busy (bench/study_time.py --workers), so two one-thread runs side by side finish
     sooner than two two-thread runs in a row. Each run seeds itself (trainer and evaluation), so where it runs
     does not change its numbers. `on_finish(record)` is called in this process as each run ends (in finishing
-    order); the list returned is in (method, seed) order. A run that fails raises here, naming the run; the runs
+    order); the list returned is in (method, seed) order, and each run's status and minutes are written to
+    <runs_dir>/last_invocation.json (`write_invocation`). A run that fails raises here, naming the run; the runs
     finished before it are kept on disk and skipped on the rerun.
     """
     jobs = [(method, seed) for method in methods for seed in seeds]
@@ -240,6 +264,7 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
                                                        arms=arms)
             if on_finish is not None:
                 on_finish(records[method, seed])
+        write_invocation(runs_dir, [records[job] for job in jobs])
         return [records[job] for job in jobs]
 
     import multiprocessing
@@ -265,4 +290,5 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
                     raise RuntimeError(f"run {run_name(method, seed)} failed: {error}") from error
                 if on_finish is not None:
                     on_finish(records[method, seed])
+    write_invocation(runs_dir, [records[job] for job in jobs])
     return [records[job] for job in jobs]

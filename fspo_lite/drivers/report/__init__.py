@@ -2,7 +2,8 @@
 
 - `lite`: the lite run report: held-out and training tables over seeds, the goal check, the summary markdown;
 - `study`: the study's statistics (docs/statistics.md): cells, bootstrap intervals, paired and matched-length
-  differences, the caution goal, the detail arm's question;
+  differences, the caution goal, the detail arm's question, the added arms' questions (a better verifier, a
+  longer run);
 - `summary`: the study summary in markdown and `study_report`, which makes everything from a runs folder;
 - `render`: summary.md rendered from summary.json (and the blind audit's audit.json), with the verdict on top;
 - `plots`: the figures.
@@ -18,18 +19,22 @@ from fspo_lite.drivers.report.plots import (plot_accuracy_vs_hallucination, plot
                                             plot_decomposition_by_method, plot_flip, plot_forest, plot_judges,
                                             plot_supported_unsupported, plot_training_curves)
 from fspo_lite.drivers.report.render import summary_document, verdict, verdict_markdown, write_summary
-from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal,
-                                            detail_arm_check, is_share, judge_labels, judges_of, length_stratum,
-                                            load_responses, matched_length, metric_cells, metric_scale,
-                                            other_benchmark_cells, pair_differences, study_statistics)
-from fspo_lite.drivers.report.summary import (Bootstrap, Study, detail_answer, detail_markdown, direction,
-                                              format_interval, metric_order, say_less_reading, study_markdown,
-                                              study_report)
+from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, LONGER_QUESTION, PERCENT_METRICS,
+                                            VERIFIER_QUESTION, caution_goal, detail_arm_check, interval_side,
+                                            is_share, judge_labels, judges_of, length_stratum, load_responses,
+                                            longer_check, matched_length, metric_cells, metric_scale,
+                                            other_benchmark_cells, pair_differences, pairs_table, question_metrics,
+                                            study_statistics, training_verifier, verifier_check)
+from fspo_lite.drivers.report.summary import (Bootstrap, Study, added_arms, detail_answer, detail_markdown, direction,
+                                              format_interval, longer_answer, metric_order, questions_markdown,
+                                              say_less_reading, study_markdown, study_report, verifier_answer)
 
 __all__ = [
-    "Bootstrap", "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "OTHER_METRICS",
-    "PERCENT_METRICS", "PER_RESPONSE", "QA_METRICS", "Study", "TRAINING_DIAGNOSTICS", "caution_goal",
-    "detail_answer", "detail_arm_check", "detail_markdown", "direction", "flip_example", "format_interval",
+    "Bootstrap", "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "LONGER_QUESTION",
+    "OTHER_METRICS", "PERCENT_METRICS", "PER_RESPONSE", "QA_METRICS", "Study", "TRAINING_DIAGNOSTICS",
+    "VERIFIER_QUESTION", "added_arms", "caution_goal", "detail_answer", "detail_arm_check", "interval_side",
+    "longer_answer", "longer_check", "pairs_table", "question_metrics", "questions_markdown", "training_verifier",
+    "verifier_answer", "verifier_check", "detail_markdown", "direction", "flip_example", "format_interval",
     "goal_check", "is_share", "judge_labels", "judges_of", "length_stratum", "load_heldout", "load_responses",
     "load_training", "matched_length", "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells",
     "pair_differences", "plot_accuracy_vs_hallucination", "plot_advantage_mass", "plot_decomposition_by_method",

@@ -19,9 +19,9 @@ import re
 import sys
 from pathlib import Path
 
-from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, summary_document, verdict,
-                                             verdict_markdown)
-from fspo_lite.drivers.report.summary import detail_answer, format_interval
+from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, questions_of, report_settings, resumed_note,
+                                             summary_document, verdict, verdict_markdown)
+from fspo_lite.drivers.report.summary import detail_answer, format_interval, longer_answer, verifier_answer
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}
@@ -93,9 +93,33 @@ def other_arms(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def added_arms(summary: dict) -> str:
+    """The added arms' two questions, answered with their intervals (summary.md has the table behind them)."""
+    questions = questions_of(summary["statistics"])
+    if not questions:
+        return "The study's summary answers neither question: their arms were not run."
+    level = summary["statistics"].get("level", 0.95)
+    return (f"- **Does a better verifier turn saying less into saying right?** "
+            f"{verifier_answer(questions['verifier'], questions['pairs'])}\n"
+            f"- **Does longer training change the picture?** "
+            f"{longer_answer(questions['longer'], questions['pairs'], level)}")
+
+
 def wall_time(summary: dict) -> str:
     job = summary.get("job") or {}
     return f"{job['total_seconds'] / 60:.1f} min" if job.get("total_seconds") else "n/a"
+
+
+def study_time(summary: dict) -> str:
+    """The study's wall time, said as what it is: the whole study when its last invocation trained every run,
+    else that invocation's time with what it trained, resumed and skipped."""
+    job = summary["job"]
+    runs = job.get("runs") or {}
+    if runs.get("resumed") or runs.get("skipped"):
+        return (f"Wall time of the study's last invocation: {wall_time(summary)} (`{job['command']}`, "
+                f"results/study/summary.md). {resumed_note(runs)}")
+    return f"Wall time of the whole study, run in one piece: {wall_time(summary)} (`{job['command']}`, " \
+           "results/study/summary.md)."
 
 
 def blocks(root: str | Path = ROOT) -> dict[str, str]:
@@ -105,8 +129,8 @@ def blocks(root: str | Path = ROOT) -> dict[str, str]:
     return {"study-verdict": "\n".join(verdict_markdown(verdict(study, audit))).rstrip(),
             "study-table": study_table(study),
             "study-others": other_arms(study),
-            "study-time": f"Wall time of the whole study, run in one piece: {wall_time(study)} "
-                          f"(`{study['job']['command']}`, results/study/summary.md).",
+            "study-questions": added_arms(study),
+            "study-time": study_time(study),
             "lite-table": lite_table(lite),
             "lite-verdict": "\n".join(verdict_markdown(verdict(lite))).rstrip(),
             "lite-time": f"Wall time of this run: {wall_time(lite)} (`{lite['job']['command']}`, "

@@ -148,6 +148,22 @@ def verdict_markdown(result: dict) -> list[str]:
     return [f"**{result['headline']}**", *([""] if result["lines"] else []), *[f"- {line}" for line in result["lines"]]]
 
 
+def resumed_note(runs: dict[str, int]) -> str:
+    """What the invocation behind the wall time did: 'Runs: 36 trained in this invocation.' or, for one that
+    resumed earlier work, how many it trained, resumed and skipped, and that the time is not the whole job's."""
+    trained, resumed, skipped = (runs.get(k, 0) for k in ("trained", "resumed", "skipped"))
+    if not (resumed or skipped):
+        return f"Runs: {trained} trained in this invocation."
+    return (f"Runs: this invocation trained {trained}, resumed {resumed} from their checkpoints and skipped "
+            f"{skipped} finished by earlier ones, so its wall time is not the time of the whole job.")
+
+
+def questions_of(stats: dict) -> dict | None:
+    """summary.json's added-arms questions with their pairs as a table again (None when the study had none)."""
+    questions = stats.get("questions")
+    return {**questions, "pairs": _frame(questions["pairs"])} if questions else None
+
+
 def summary_document(summary: dict, audit: dict | None = None) -> str:
     """The whole summary.md from summary.json's content (and the audit's): title, verdict, the per-method tables,
     the statistics sections, the wall time and the benchmark data."""
@@ -168,7 +184,7 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
             goal = None  # the caution goal only where a caution arm ran
         study = study_markdown(tables, _frame(stats.get("matched_length")), goal, stats.get("judges") or [],
                                settings["order"], None, stats.get("n_resamples", 2000), stats.get("level", 0.95),
-                               detail=_frame(stats.get("detail_arm")))
+                               detail=_frame(stats.get("detail_arm")), added=questions_of(stats))
         lines.append(study.split("\n", 2)[2])
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]
@@ -177,6 +193,8 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
         lines += [f"## Wall time (profile `{job['profile']}`)", "", "| notebook | seconds |", "|---|---|"]
         lines += [f"| {name} | {seconds:.0f} |" for name, seconds in job["notebook_seconds"].items()]
         lines += [f"| **total** | **{job['total_seconds']:.0f}** ({job['total_seconds'] / 60:.1f} min) |", ""]
+        if job.get("runs"):
+            lines += [resumed_note(job["runs"]), ""]
         if job.get("benchmark_data"):
             lines += ["Benchmark data: " + "; ".join(f"{k}: {v}" for k, v in job["benchmark_data"].items()), ""]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -15,9 +15,11 @@ import pandas as pd
 
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
 from fspo_lite.drivers.report.plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
-from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check,
-                                            is_share, judges_of, load_responses, matched_length, metric_cells,
-                                            metric_scale, pair_differences, study_statistics)
+from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, LONGER_QUESTION, VERIFIER_QUESTION,
+                                            caution_goal, detail_arm_check, interval_side, is_share, judges_of,
+                                            load_responses, longer_check, matched_length, metric_cells, metric_scale,
+                                            pair_differences, pairs_table, question_metrics, study_statistics,
+                                            training_verifier, verifier_check)
 from fspo_lite.evaluation.metrics import DECOMPOSITION
 
 
@@ -54,7 +56,7 @@ def _excludes_zero(row) -> bool:
 def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFrame | None, judges: Sequence[str],
                    order: Sequence[str], settings: dict | None = None, n_resamples: int = 2000,
                    level: float = 0.95, title: str = "Study: held-out results with intervals",
-                   detail: pd.DataFrame | None = None) -> str:
+                   detail: pd.DataFrame | None = None, added: dict | None = None) -> str:
     """The study summary: per method mean [interval]; paired differences to the baseline; step hallucination per
     judge; supported and unsupported sentences per response with a plain reading (the say-less check); the
     detail arm's question (`detail_arm_check`, when given); the matched-length comparison; the caution goal.
@@ -136,6 +138,8 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
                                                 min(seeds.get(m, 0), seeds.get(baseline, 0))))
     if detail is not None and len(detail):
         lines += detail_markdown(detail, pct)
+    if added:
+        lines += questions_markdown(added["pairs"], added["verifier"], added["longer"], pct)
     if matched is not None and len(matched):
         lines += ["", "## Step hallucination at matched length", "",
                   f"Responses stratified by their number of reasoning sentences (1, 2, 3, 4, {LENGTH_STRATA}+); "
@@ -176,10 +180,7 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
 def direction(row) -> str:
     """Where a difference's interval lies: 'below' 0 (high < 0), 'above' 0 (low > 0), 'unresolved' (it holds 0)
     or 'n/a' (no interval: NaN bounds)."""
-    low, high = float(row["low"]), float(row["high"])
-    if math.isnan(low) or math.isnan(high):
-        return "n/a"
-    return "below" if high < 0 else "above" if low > 0 else "unresolved"
+    return interval_side(float(row["low"]), float(row["high"]))
 
 
 def say_less_reading(method: str, baseline: str, supported, unsupported, seeds: int = 2) -> str:
@@ -249,6 +250,101 @@ def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
     return lines
 
 
+def question_label(metric: str) -> str:
+    """A question metric in words: 'supported sentences per response (embedding)', ..."""
+    name, _, judge = metric.partition("@")
+    words = {"accuracy": "accuracy", "sentences_per_response": "reasoning sentences per response",
+             "step_hallucination": "step hallucination", "supported_per_response": "supported sentences per response",
+             "unsupported_per_response": "unsupported sentences per response",
+             "matched": "step hallucination at matched length"}[name]
+    return f"{words} ({judge})" if judge else words
+
+
+def pair_text(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> str:
+    """`method - baseline` on `metric` from a `pairs_table`, '+0.12 [-0.03, +0.27]' in the metric's unit."""
+    row = pairs[(pairs["metric"] == metric) & (pairs["method"] == method) & (pairs["baseline"] == baseline)]
+    if row.empty:
+        return "n/a"
+    scale_as = "step_hallucination@" + metric.split("@", 1)[1] if metric.startswith("matched@") else metric
+    return format_interval(scale_as, *(float(row[k].iloc[0]) for k in ("diff", "low", "high")), signed=True)
+
+
+def verifier_answer(check: dict, pairs: pd.DataFrame) -> str:
+    """The better-verifier question's answer and its evidence in words, from `verifier_check`."""
+    arm, reference, baseline = check["arm"], check["reference"], check["baseline"]
+    if check["answer"] == "n/a":
+        return f"not answered: {arm} or {reference} was not run."
+    right = [r["judge"] for r in check["judges"] if r["more_right"]]
+    head = {"yes": f"yes: under every held-out judge {arm} writes more supported sentences per response than "
+                   f"{reference}, not more unsupported ones, and not fewer supported ones than {baseline}",
+            "partly": f"partly: {arm} writes more supported sentences per response than {reference} under "
+                      f"{', '.join(right)}, not under the other held-out judges",
+            "no": f"no: under no held-out judge does {arm} write more supported sentences per response than "
+                  f"{reference} (no interval above 0)"}[check["answer"]]
+    evidence = []
+    for row in check["judges"]:
+        j = row["judge"]
+        evidence.append(f"{j} judge, {arm} - {reference}: supported "
+                        f"{pair_text(pairs, f'supported_per_response@{j}', arm, reference)}, unsupported "
+                        f"{pair_text(pairs, f'unsupported_per_response@{j}', arm, reference)}, step hallucination "
+                        f"{pair_text(pairs, f'step_hallucination@{j}', arm, reference)} points; supported, {arm} - "
+                        f"{baseline}: {pair_text(pairs, f'supported_per_response@{j}', arm, baseline)}")
+    text = f"{head}. " + "; ".join(evidence) + "."
+    if check.get("trained_against"):
+        text += (f" The {check['trained_against']} judge is left out of the answer: {arm} was trained against it "
+                 "(its numbers are in the table).")
+    return text
+
+
+def longer_answer(check: dict, pairs: pd.DataFrame, level: float = 0.95) -> str:
+    """The longer-training question's answer and its evidence in words, from `longer_check`."""
+    (s_method, s_base), (l_method, l_base) = check["short"], check["long"]
+    if check["answer"] == "n/a":
+        return f"not answered: {l_method} or {l_base} was not run."
+    changed = [r for r in check["metrics"] if r["changed"]]
+    if changed:
+        head = (f"yes, in {len(changed)} of {len(check['metrics'])} readings: " + "; ".join(
+            f"{question_label(r['metric'])} {r['short']} 0 -> {r['long']} 0".replace("unresolved 0", "holds 0")
+            for r in changed) + f" ({s_method} - {s_base} -> {l_method} - {l_base}, {level:.0%} intervals; with "
+            "this many readings, one changed side can be chance)")
+    else:
+        head = (f"no: each of {len(check['metrics'])} readings of {l_method} - {l_base} lies on the same side of 0 "
+                f"as {s_method} - {s_base}'s, or holds 0 in both")
+    shown = [m for m in (r["metric"] for r in check["metrics"])
+             if m.split("@")[0] in ("sentences_per_response", "supported_per_response", "step_hallucination",
+                                    "matched", "accuracy")]
+    evidence = "; ".join(f"{question_label(m)} {pair_text(pairs, m, s_method, s_base)} -> "
+                         f"{pair_text(pairs, m, l_method, l_base)}" for m in shown)
+    longer = [f"{a} - {b} {pair_text(pairs, 'accuracy', a, b)}" for a, b in ((l_base, s_base), (l_method, s_method))
+              if not pairs[(pairs["method"] == a) & (pairs["baseline"] == b)].empty]
+    text = f"{head}. {s_method} - {s_base} -> {l_method} - {l_base}: {evidence}."
+    if longer:
+        text += " What 4x the budget does to accuracy (points): " + "; ".join(longer) + "."
+    return text
+
+
+def questions_markdown(pairs: pd.DataFrame, verifier: dict, longer: dict, pct: str = "95%") -> list[str]:
+    """The summary's section on the added arms: every pair's differences, then both questions' answers."""
+    pair_names = list(dict.fromkeys(zip(pairs["method"], pairs["baseline"])))
+    metrics = list(dict.fromkeys(pairs["metric"]))
+    lines = ["", "## The added arms: a better verifier, a longer run", "",
+             f"Paired differences on the same questions [{pct} interval]; `matched`: step hallucination at matched "
+             "length (the pair's responses alone). Shares in points, counts per response. Bold: the interval "
+             "excludes 0.", "",
+             "| metric | " + " | ".join(f"{a} - {b}" for a, b in pair_names) + " |",
+             "|---|" + "---|" * len(pair_names)]
+    for metric in metrics:
+        values = []
+        for a, b in pair_names:
+            text = pair_text(pairs, metric, a, b)
+            row = pairs[(pairs["metric"] == metric) & (pairs["method"] == a) & (pairs["baseline"] == b)]
+            values.append(f"**{text}**" if len(row) and _excludes_zero(row.iloc[0]) else text)
+        lines.append(f"| {question_label(metric)} | " + " | ".join(values) + " |")
+    lines += ["", f"- **Does a better verifier turn saying less into saying right?** {verifier_answer(verifier, pairs)}",
+              f"- **Does longer training change the picture?** {longer_answer(longer, pairs, float(pct[:-1]) / 100)}"]
+    return lines
+
+
 def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | None, judges: Sequence[str],
                             path: str | Path | None = None, level: float = 0.95):
     """The study's forest plot: accuracy, declines, step hallucination per judge (raw and at matched length), and
@@ -285,6 +381,12 @@ class Study:
     detail_arm: tuple[str, str] = DETAIL_ARM
     """(arm, the method it adds the detail term to); when both were run, the summary answers the detail arm's
     question (`detail_arm_check`)."""
+    verifier_question: tuple[str, str, str] = VERIFIER_QUESTION
+    """(arm, reference, baseline) of "does a better verifier turn saying less into saying right?"
+    (`verifier_check`)."""
+    longer_question: tuple[tuple[str, str], tuple[str, str]] = LONGER_QUESTION
+    """(a pair at the budget, the same pair trained longer) of "does longer training change the picture?"
+    (`longer_check`)."""
 
 
 @dataclass(frozen=True)
@@ -315,8 +417,9 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
         counts = [f"{kind}_per_response@{j}" for j in judges for kind in ("supported", "unsupported")]
         versus = pair_differences(cells, counts, *study.detail_arm, **boot)
         detail = detail_arm_check(tables["differences"], versus, judges, *study.detail_arm)
+    questions = added_arms(study, cells, responses, judges, boot)
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
-                          bootstrap.level, **({"title": title} if title else {}), detail=detail)
+                          bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions)
     figures = {}
 
     def figure(name: str) -> str:
@@ -339,4 +442,21 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
             "differences": json.loads(tables["differences"].to_json(orient="records")),
             "matched_length": json.loads(matched.to_json(orient="records")),
             "caution_goal": json.loads(goal.to_json(orient="records")),
-            "detail_arm": json.loads(detail.to_json(orient="records")), "figures": figures}
+            "detail_arm": json.loads(detail.to_json(orient="records")),
+            "questions": {**questions, "pairs": json.loads(questions["pairs"].to_json(orient="records"))}
+            if questions else {}, "figures": figures}
+
+
+def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judges: Sequence[str],
+               boot: dict) -> dict:
+    """The added arms' two questions: the pairs' differences (`pairs_table`) and both checks; {} when neither
+    question's arms were run."""
+    arm, reference, baseline = study.verifier_question
+    short, long = study.longer_question
+    pairs = pairs_table(cells, responses, [(arm, reference), (arm, baseline), tuple(short), tuple(long),
+                                           (long[1], short[1]), (long[0], short[0])], judges, **boot)
+    verifier = verifier_check(pairs, judges, arm, reference, baseline, training_verifier(study.runs_dir, arm))
+    longer = longer_check(pairs, judges, tuple(short), tuple(long))
+    if verifier["answer"] == "n/a" and longer["answer"] == "n/a":
+        return {}
+    return {"pairs": pairs, "verifier": verifier, "longer": longer}

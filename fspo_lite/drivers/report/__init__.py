@@ -2,8 +2,8 @@
 
 - `lite`: the lite run report: held-out and training tables over seeds, the goal check, the summary markdown;
 - `study`: the study's statistics (docs/statistics.md): cells, bootstrap intervals, paired and matched-length
-  differences, the caution goal, the detail arm's question, the added arms' questions (a better verifier, a
-  longer run);
+  differences, the caution goal, the detail arm's question;
+- `arms`: the added arms' two questions (a better verifier, a longer run): their pairs, checks and answers;
 - `summary`: the study summary in markdown and `study_report`, which makes everything from a runs folder;
 - `render`: summary.md rendered from summary.json (and the blind audit's audit.json), with the verdict on top;
 - `plots`: the figures.
@@ -12,6 +12,8 @@
 names below.
 """
 
+from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, longer_answer, longer_check, pairs_table,
+                                           question_metrics, questions_markdown, verifier_answer, verifier_check)
 from fspo_lite.drivers.report.lite import (CURVES, HELDOUT_METRICS, OTHER_METRICS, PER_RESPONSE, QA_METRICS,
                                            TRAINING_DIAGNOSTICS, flip_example, goal_check, load_heldout,
                                            load_training, summarize, summary_markdown, training_diagnostics)
@@ -19,15 +21,13 @@ from fspo_lite.drivers.report.plots import (plot_accuracy_vs_hallucination, plot
                                             plot_decomposition_by_method, plot_flip, plot_forest, plot_judges,
                                             plot_supported_unsupported, plot_training_curves)
 from fspo_lite.drivers.report.render import summary_document, verdict, verdict_markdown, write_summary
-from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, LONGER_QUESTION, PERCENT_METRICS,
-                                            VERIFIER_QUESTION, caution_goal, detail_arm_check, interval_side,
-                                            is_share, judge_labels, judges_of, length_stratum, load_responses,
-                                            longer_check, matched_length, metric_cells, metric_scale,
-                                            other_benchmark_cells, pair_differences, pairs_table, question_metrics,
-                                            study_statistics, training_verifier, verifier_check)
+from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal,
+                                            detail_arm_check, format_interval, interval_side, is_share, judge_labels,
+                                            judges_of, length_stratum, load_responses, matched_length, metric_cells,
+                                            metric_scale, other_benchmark_cells, pair_differences, study_statistics,
+                                            training_verifier)
 from fspo_lite.drivers.report.summary import (Bootstrap, Study, added_arms, detail_answer, detail_markdown, direction,
-                                              format_interval, longer_answer, metric_order, questions_markdown,
-                                              say_less_reading, study_markdown, study_report, verifier_answer)
+                                              metric_order, say_less_reading, study_markdown, study_report)
 
 __all__ = [
     "Bootstrap", "CAUTION_GOAL", "CURVES", "DETAIL_ARM", "HELDOUT_METRICS", "LENGTH_STRATA", "LONGER_QUESTION",

@@ -21,7 +21,9 @@ from pathlib import Path
 
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, questions_of, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
-from fspo_lite.drivers.report.summary import detail_answer, format_interval, longer_answer, verifier_answer
+from fspo_lite.drivers.report.arms import longer_answer, verifier_answer
+from fspo_lite.drivers.report.study import format_interval
+from fspo_lite.drivers.report.summary import detail_answer
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}
@@ -93,7 +95,7 @@ def other_arms(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def added_arms(summary: dict) -> str:
+def questions_block(summary: dict) -> str:
     """The added arms' two questions, answered with their intervals (summary.md has the table behind them)."""
     questions = questions_of(summary["statistics"])
     if not questions:
@@ -129,7 +131,7 @@ def blocks(root: str | Path = ROOT) -> dict[str, str]:
     return {"study-verdict": "\n".join(verdict_markdown(verdict(study, audit))).rstrip(),
             "study-table": study_table(study),
             "study-others": other_arms(study),
-            "study-questions": added_arms(study),
+            "study-questions": questions_block(study),
             "study-time": study_time(study),
             "lite-table": lite_table(lite),
             "lite-verdict": "\n".join(verdict_markdown(verdict(lite))).rstrip(),

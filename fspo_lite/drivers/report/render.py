@@ -20,7 +20,8 @@ import pandas as pd
 
 from fspo_lite.drivers.report.lite import summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges
-from fspo_lite.drivers.report.summary import direction, format_interval, plot_paired_differences, study_markdown
+from fspo_lite.drivers.report.study import format_interval
+from fspo_lite.drivers.report.summary import direction, plot_paired_differences, study_markdown
 
 AUDIT_FILE = "audit.json"
 SHARE = "step_hallucination@judge"

@@ -294,41 +294,6 @@ def detail_arm_check(differences: pd.DataFrame, versus_reference: pd.DataFrame, 
     return pd.DataFrame(rows)
 
 
-VERIFIER_QUESTION = ("fspo+kb", "fspo", "grpo")
-"""(arm, reference, baseline) of "does a better verifier turn saying less into saying right?": FSPO trained with
-the knowledge-base verifier against FSPO with the lexical one, and where both stand against GRPO."""
-LONGER_QUESTION = (("fspo", "grpo"), ("fspo+4x", "grpo+4x"))
-"""(the budget's pair, the same pair trained 4x longer) of "does longer training change the picture?"."""
-
-
-def question_metrics(judges: Sequence[str]) -> list[str]:
-    """What the two questions read: accuracy, length, and per judge the rate and both sentence counts."""
-    return ["accuracy", "sentences_per_response",
-            *[f"{kind}@{j}" for j in judges
-              for kind in ("step_hallucination", "supported_per_response", "unsupported_per_response")]]
-
-
-def pairs_table(cells: pd.DataFrame, responses: pd.DataFrame, pairs: Sequence[tuple[str, str]],
-                judges: Sequence[str], n_resamples: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
-    """`method - baseline` for each pair on `question_metrics(judges)` (`pair_differences`) and on step
-    hallucination at matched length per judge (`matched_length` over the pair's responses alone; metric
-    `matched@<judge>`). Pairs with a method that was not run are left out. Rows: metric, method, baseline, diff,
-    low, high."""
-    ran = set(cells["method"])
-    frames = []
-    for method, baseline in pairs:
-        if not {method, baseline} <= ran:
-            continue
-        frames.append(pair_differences(cells, question_metrics(judges), method, baseline, n_resamples, seed, level))
-        matched = matched_length(responses[responses["method"].isin([method, baseline])], baseline,
-                                 n_resamples=n_resamples, seed=seed, level=level)
-        if len(matched):
-            frames.append(matched.assign(metric="matched@" + matched["judge"])[
-                ["metric", "method", "baseline", "diff", "low", "high"]])
-    columns = ["metric", "method", "baseline", "diff", "low", "high"]
-    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
-
-
 def interval_side(low: float, high: float) -> str:
     """Where an interval lies against 0: 'below' (high < 0), 'above' (low > 0), 'unresolved' (it holds 0) or
     'n/a' (NaN bounds: no interval)."""
@@ -337,62 +302,12 @@ def interval_side(low: float, high: float) -> str:
     return "below" if high < 0 else "above" if low > 0 else "unresolved"
 
 
-def _side(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> str | None:
-    row = pairs[(pairs["metric"] == metric) & (pairs["method"] == method) & (pairs["baseline"] == baseline)]
-    return None if row.empty else interval_side(float(row["low"].iloc[0]), float(row["high"].iloc[0]))
-
-
 def training_verifier(runs_dir: str | Path, method: str) -> str | None:
     """The verifier `method`'s runs were trained with (their heldout.json's train_verifier), None if no run."""
     for _, info, _ in _runs(runs_dir):
         if info.get("method") == method:
             return info.get("train_verifier")
     return None
-
-
-def verifier_check(pairs: pd.DataFrame, judges: Sequence[str], arm: str = VERIFIER_QUESTION[0],
-                   reference: str = VERIFIER_QUESTION[1], baseline: str = VERIFIER_QUESTION[2],
-                   trained_against: str | None = None) -> dict:
-    """Does `arm` (a better training verifier) turn `reference`'s saying less into saying right? Per judge other
-    than `trained_against` (the arm's own training verifier is not a held-out judge of it): the sides of
-    arm - reference on supported and unsupported sentences per response, and of arm - baseline on supported
-    ones. `more_right`: supported up against the reference (interval above 0) with unsupported not up;
-    `says_less`: supported still below the baseline's. `answer`: 'yes' when every held-out judge sees the arm
-    more right and not saying less than the baseline, 'partly' when some judge sees it more right, 'no' when none
-    does."""
-    rows = []
-    for judge in judges:
-        if judge == trained_against:
-            continue
-        sup, uns = f"supported_per_response@{judge}", f"unsupported_per_response@{judge}"
-        sides = {"supported": _side(pairs, sup, arm, reference), "unsupported": _side(pairs, uns, arm, reference),
-                 "supported_vs_baseline": _side(pairs, sup, arm, baseline)}
-        if None in sides.values():
-            continue
-        rows.append({"judge": judge, **sides,
-                     "more_right": sides["supported"] == "above" and sides["unsupported"] != "above",
-                     "says_less": sides["supported_vs_baseline"] == "below"})
-    right = [r for r in rows if r["more_right"] and not r["says_less"]]
-    answer = ("n/a" if not rows else "yes" if len(right) == len(rows)
-              else "partly" if any(r["more_right"] for r in rows) else "no")
-    return {"arm": arm, "reference": reference, "baseline": baseline, "trained_against": trained_against,
-            "judges": rows, "answer": answer}
-
-
-def longer_check(pairs: pd.DataFrame, judges: Sequence[str], short: tuple[str, str] = LONGER_QUESTION[0],
-                 long: tuple[str, str] = LONGER_QUESTION[1]) -> dict:
-    """Does longer training change the picture? For each metric of `question_metrics(judges)` and each judge's
-    matched-length rate: the side of 0 where short[0] - short[1]'s interval lies, and long[0] - long[1]'s. A
-    metric `changed` when the two sides differ; `answer`: 'no' when none changed, 'yes' when one did, 'n/a'
-    when a pair is missing."""
-    rows = []
-    for metric in [*question_metrics(judges), *[f"matched@{j}" for j in judges]]:
-        before, after = _side(pairs, metric, *short), _side(pairs, metric, *long)
-        if before is None or after is None:
-            continue
-        rows.append({"metric": metric, "short": before, "long": after, "changed": before != after})
-    answer = "n/a" if not rows else "yes" if any(r["changed"] for r in rows) else "no"
-    return {"short": list(short), "long": list(long), "metrics": rows, "answer": answer}
 
 
 PERCENT_METRICS = ("accuracy", "incorrect", "not_attempted", "answer_f1", "format_rate", "truthfulqa_mc1",
@@ -406,3 +321,25 @@ def is_share(metric: str) -> bool:
 def metric_scale(metric: str) -> float:
     """The factor a metric is shown with: 100 for shares, 1 for counts."""
     return 100.0 if is_share(metric) else 1.0
+
+
+def shown_digits(metric: str) -> int:
+    """Decimals a metric is shown with: 1 for shares and the decomposition (percent), 2 for counts."""
+    return 1 if is_share(metric) or metric in DECOMPOSITION else 2
+
+
+def format_interval(metric: str, mean: float, low: float, high: float, signed: bool = False) -> str:
+    """'12.3 [8.1, 16.0]' in the metric's unit (percent / points for shares)."""
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "n/a"
+    scale, places = metric_scale(metric), shown_digits(metric)
+    sign = "+" if signed else ""
+    text = f"{mean * scale:{sign}.{places}f}"
+    if not (math.isnan(low) or math.isnan(high)):
+        text += f" [{low * scale:{sign}.{places}f}, {high * scale:{sign}.{places}f}]"
+    return text
+
+
+def excludes_zero(row) -> bool:
+    """Whether a row's interval (low, high) lies wholly on one side of 0 (NaN bounds: no)."""
+    return not (math.isnan(row["low"]) or math.isnan(row["high"])) and (row["low"] > 0 or row["high"] < 0)

@@ -6,25 +6,21 @@ summary and the figures from a runs folder.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, longer_check, pairs_table,
+                                           questions_markdown, verifier_check)
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
 from fspo_lite.drivers.report.plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
-from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, LONGER_QUESTION, VERIFIER_QUESTION,
-                                            caution_goal, detail_arm_check, interval_side, is_share, judges_of,
-                                            load_responses, longer_check, matched_length, metric_cells, metric_scale,
-                                            pair_differences, pairs_table, question_metrics, study_statistics,
-                                            training_verifier, verifier_check)
+from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check,
+                                            excludes_zero, format_interval, interval_side, judges_of, load_responses,
+                                            matched_length, metric_cells, pair_differences, study_statistics,
+                                            training_verifier)
 from fspo_lite.evaluation.metrics import DECOMPOSITION
-
-
-def _digits(metric: str) -> int:
-    return 1 if is_share(metric) or metric in DECOMPOSITION else 2
 
 
 def metric_order(metrics: Sequence[str], judges: Sequence[str]) -> list[str]:
@@ -35,22 +31,6 @@ def metric_order(metrics: Sequence[str], judges: Sequence[str]) -> list[str]:
                    f"unsupported_per_response@{judge}", f"checkable_per_response@{judge}", f"judge_coverage@{judge}"]
     wanted += ["sentences_per_response", "response_tokens", "near_duplicates_per_response", *OTHER_METRICS]
     return [m for m in wanted if m in set(metrics)] + sorted(m for m in set(metrics) if m not in wanted)
-
-
-def format_interval(metric: str, mean: float, low: float, high: float, signed: bool = False) -> str:
-    """'12.3 [8.1, 16.0]' in the metric's unit (percent / points for shares)."""
-    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
-        return "n/a"
-    scale, digits = metric_scale(metric), _digits(metric)
-    sign = "+" if signed else ""
-    text = f"{mean * scale:{sign}.{digits}f}"
-    if not (math.isnan(low) or math.isnan(high)):
-        text += f" [{low * scale:{sign}.{digits}f}, {high * scale:{sign}.{digits}f}]"
-    return text
-
-
-def _excludes_zero(row) -> bool:
-    return not (math.isnan(row["low"]) or math.isnan(row["high"])) and (row["low"] > 0 or row["high"] < 0)
 
 
 def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFrame | None, judges: Sequence[str],
@@ -102,7 +82,7 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
                     continue
                 d = diff.loc[(metric, m)]
                 text = format_interval(metric, d["diff"], d["low"], d["high"], signed=True)
-                values.append(f"**{text}**" if _excludes_zero(d) else text)
+                values.append(f"**{text}**" if excludes_zero(d) else text)
             lines.append(f"| {metric} | " + " | ".join(values) + " |")
 
     lines += ["", f"## Step hallucination by judge (% of checkable reasoning sentences unsupported) [{pct} interval]",
@@ -247,101 +227,6 @@ def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
                      + f" | {'yes' if row['met'] else 'no'} | {'yes' if row['holds'] else 'no'} |")
     lines.append("")
     lines += [f"- {row['judge']}: {detail_answer(row)}." for row in detail.to_dict(orient="records")]
-    return lines
-
-
-def question_label(metric: str) -> str:
-    """A question metric in words: 'supported sentences per response (embedding)', ..."""
-    name, _, judge = metric.partition("@")
-    words = {"accuracy": "accuracy", "sentences_per_response": "reasoning sentences per response",
-             "step_hallucination": "step hallucination", "supported_per_response": "supported sentences per response",
-             "unsupported_per_response": "unsupported sentences per response",
-             "matched": "step hallucination at matched length"}[name]
-    return f"{words} ({judge})" if judge else words
-
-
-def pair_text(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> str:
-    """`method - baseline` on `metric` from a `pairs_table`, '+0.12 [-0.03, +0.27]' in the metric's unit."""
-    row = pairs[(pairs["metric"] == metric) & (pairs["method"] == method) & (pairs["baseline"] == baseline)]
-    if row.empty:
-        return "n/a"
-    scale_as = "step_hallucination@" + metric.split("@", 1)[1] if metric.startswith("matched@") else metric
-    return format_interval(scale_as, *(float(row[k].iloc[0]) for k in ("diff", "low", "high")), signed=True)
-
-
-def verifier_answer(check: dict, pairs: pd.DataFrame) -> str:
-    """The better-verifier question's answer and its evidence in words, from `verifier_check`."""
-    arm, reference, baseline = check["arm"], check["reference"], check["baseline"]
-    if check["answer"] == "n/a":
-        return f"not answered: {arm} or {reference} was not run."
-    right = [r["judge"] for r in check["judges"] if r["more_right"]]
-    head = {"yes": f"yes: under every held-out judge {arm} writes more supported sentences per response than "
-                   f"{reference}, not more unsupported ones, and not fewer supported ones than {baseline}",
-            "partly": f"partly: {arm} writes more supported sentences per response than {reference} under "
-                      f"{', '.join(right)}, not under the other held-out judges",
-            "no": f"no: under no held-out judge does {arm} write more supported sentences per response than "
-                  f"{reference} (no interval above 0)"}[check["answer"]]
-    evidence = []
-    for row in check["judges"]:
-        j = row["judge"]
-        evidence.append(f"{j} judge, {arm} - {reference}: supported "
-                        f"{pair_text(pairs, f'supported_per_response@{j}', arm, reference)}, unsupported "
-                        f"{pair_text(pairs, f'unsupported_per_response@{j}', arm, reference)}, step hallucination "
-                        f"{pair_text(pairs, f'step_hallucination@{j}', arm, reference)} points; supported, {arm} - "
-                        f"{baseline}: {pair_text(pairs, f'supported_per_response@{j}', arm, baseline)}")
-    text = f"{head}. " + "; ".join(evidence) + "."
-    if check.get("trained_against"):
-        text += (f" The {check['trained_against']} judge is left out of the answer: {arm} was trained against it "
-                 "(its numbers are in the table).")
-    return text
-
-
-def longer_answer(check: dict, pairs: pd.DataFrame, level: float = 0.95) -> str:
-    """The longer-training question's answer and its evidence in words, from `longer_check`."""
-    (s_method, s_base), (l_method, l_base) = check["short"], check["long"]
-    if check["answer"] == "n/a":
-        return f"not answered: {l_method} or {l_base} was not run."
-    changed = [r for r in check["metrics"] if r["changed"]]
-    if changed:
-        head = (f"yes, in {len(changed)} of {len(check['metrics'])} readings: " + "; ".join(
-            f"{question_label(r['metric'])} {r['short']} 0 -> {r['long']} 0".replace("unresolved 0", "holds 0")
-            for r in changed) + f" ({s_method} - {s_base} -> {l_method} - {l_base}, {level:.0%} intervals; with "
-            "this many readings, one changed side can be chance)")
-    else:
-        head = (f"no: each of {len(check['metrics'])} readings of {l_method} - {l_base} lies on the same side of 0 "
-                f"as {s_method} - {s_base}'s, or holds 0 in both")
-    shown = [m for m in (r["metric"] for r in check["metrics"])
-             if m.split("@")[0] in ("sentences_per_response", "supported_per_response", "step_hallucination",
-                                    "matched", "accuracy")]
-    evidence = "; ".join(f"{question_label(m)} {pair_text(pairs, m, s_method, s_base)} -> "
-                         f"{pair_text(pairs, m, l_method, l_base)}" for m in shown)
-    longer = [f"{a} - {b} {pair_text(pairs, 'accuracy', a, b)}" for a, b in ((l_base, s_base), (l_method, s_method))
-              if not pairs[(pairs["method"] == a) & (pairs["baseline"] == b)].empty]
-    text = f"{head}. {s_method} - {s_base} -> {l_method} - {l_base}: {evidence}."
-    if longer:
-        text += " What 4x the budget does to accuracy (points): " + "; ".join(longer) + "."
-    return text
-
-
-def questions_markdown(pairs: pd.DataFrame, verifier: dict, longer: dict, pct: str = "95%") -> list[str]:
-    """The summary's section on the added arms: every pair's differences, then both questions' answers."""
-    pair_names = list(dict.fromkeys(zip(pairs["method"], pairs["baseline"])))
-    metrics = list(dict.fromkeys(pairs["metric"]))
-    lines = ["", "## The added arms: a better verifier, a longer run", "",
-             f"Paired differences on the same questions [{pct} interval]; `matched`: step hallucination at matched "
-             "length (the pair's responses alone). Shares in points, counts per response. Bold: the interval "
-             "excludes 0.", "",
-             "| metric | " + " | ".join(f"{a} - {b}" for a, b in pair_names) + " |",
-             "|---|" + "---|" * len(pair_names)]
-    for metric in metrics:
-        values = []
-        for a, b in pair_names:
-            text = pair_text(pairs, metric, a, b)
-            row = pairs[(pairs["metric"] == metric) & (pairs["method"] == a) & (pairs["baseline"] == b)]
-            values.append(f"**{text}**" if len(row) and _excludes_zero(row.iloc[0]) else text)
-        lines.append(f"| {question_label(metric)} | " + " | ".join(values) + " |")
-    lines += ["", f"- **Does a better verifier turn saying less into saying right?** {verifier_answer(verifier, pairs)}",
-              f"- **Does longer training change the picture?** {longer_answer(longer, pairs, float(pct[:-1]) / 100)}"]
     return lines
 
 

@@ -277,7 +277,7 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
                              initializer=_worker_threads, initargs=(threads,)) as pool:
         pending = {pool.submit(train_and_evaluate, shared, method, seed, runs_dir, examples, config_path, False,
                                arms): (method, seed) for method, seed in jobs}
-        print(f"[fspo_lite] {len(jobs)} runs, {min(workers, len(jobs))} at a time ({threads} torch threads each)")
+        print(f"[fspo_lite] {len(jobs)} runs, {min(workers, len(jobs))} at a time ({threads} torch thread{'s' if threads > 1 else ''} each)")
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:

@@ -269,7 +269,7 @@ def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, 
 
     grouped_bars(right, REGIONS, methods, net_push)
     left.set_xticks(range(len(methods)))
-    left.set_xticklabels(methods)
+    left.set_xticklabels(methods, rotation=30, ha="right")
     left.set_ylabel("share of sum |A| over tokens")
     left.legend(fontsize=8, loc="upper right")
     right.axhline(0, color="black", linewidth=0.8)

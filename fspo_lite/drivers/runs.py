@@ -257,27 +257,38 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
     jobs = [(method, seed) for method in methods for seed in seeds]
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    records: dict[tuple[str, int], dict] = {}
     if workers == 1 or len(jobs) == 1:
+        records: dict[tuple[str, int], dict] = {}
         for method, seed in jobs:
             records[method, seed] = train_and_evaluate(shared, method, seed, runs_dir, examples, config_path,
                                                        arms=arms)
             if on_finish is not None:
                 on_finish(records[method, seed])
-        write_invocation(runs_dir, [records[job] for job in jobs])
-        return [records[job] for job in jobs]
+    else:
+        records = _in_workers(shared, jobs, runs_dir, examples, config_path, arms, workers, on_finish)
+    ordered = [records[job] for job in jobs]
+    write_invocation(runs_dir, ordered)
+    return ordered
 
+
+def _in_workers(shared: dict[str, Any], jobs: list[tuple[str, int]], runs_dir: str | Path, examples: list,
+                config_path: str | Path | None, arms: dict[str, dict[str, Any]] | None, workers: int,
+                on_finish) -> dict[tuple[str, int], dict]:
+    """`train_and_evaluate` for every job in `workers` spawned processes, 1/workers of the torch threads each;
+    returns the records by job, calling `on_finish` as each run ends."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     import torch
 
+    records: dict[tuple[str, int], dict] = {}
     threads = max(1, torch.get_num_threads() // workers)
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
                              initializer=_worker_threads, initargs=(threads,)) as pool:
         pending = {pool.submit(train_and_evaluate, shared, method, seed, runs_dir, examples, config_path, False,
                                arms): (method, seed) for method, seed in jobs}
-        print(f"[fspo_lite] {len(jobs)} runs, {min(workers, len(jobs))} at a time ({threads} torch thread{'s' if threads > 1 else ''} each)")
+        print(f"[fspo_lite] {len(jobs)} runs, {min(workers, len(jobs))} at a time "
+              f"({threads} torch thread{'s' if threads > 1 else ''} each)")
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
@@ -290,5 +301,4 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
                     raise RuntimeError(f"run {run_name(method, seed)} failed: {error}") from error
                 if on_finish is not None:
                     on_finish(records[method, seed])
-    write_invocation(runs_dir, [records[job] for job in jobs])
-    return [records[job] for job in jobs]
+    return records

@@ -50,9 +50,15 @@ def pairs_table(cells: pd.DataFrame, responses: pd.DataFrame, pairs: Sequence[tu
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 
+def pair_row(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> pd.Series | None:
+    """The `pairs_table` row of `method - baseline` on `metric`, None when that pair or metric was not run."""
+    rows = pairs[(pairs["metric"] == metric) & (pairs["method"] == method) & (pairs["baseline"] == baseline)]
+    return None if rows.empty else rows.iloc[0]
+
+
 def _side(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> str | None:
-    row = pairs[(pairs["metric"] == metric) & (pairs["method"] == method) & (pairs["baseline"] == baseline)]
-    return None if row.empty else interval_side(float(row["low"].iloc[0]), float(row["high"].iloc[0]))
+    row = pair_row(pairs, metric, method, baseline)
+    return None if row is None else interval_side(float(row["low"]), float(row["high"]))
 
 
 def verifier_check(pairs: pd.DataFrame, judges: Sequence[str], arm: str = VERIFIER_QUESTION[0],
@@ -110,13 +116,15 @@ def question_label(metric: str) -> str:
     return f"{words} ({judge})" if judge else words
 
 
-def pair_text(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> str:
-    """`method - baseline` on `metric` from a `pairs_table`, '+0.12 [-0.03, +0.27]' in the metric's unit."""
-    row = pairs[(pairs["metric"] == metric) & (pairs["method"] == method) & (pairs["baseline"] == baseline)]
-    if row.empty:
+def pair_text(pairs: pd.DataFrame, metric: str, method: str, baseline: str, bold: bool = False) -> str:
+    """`method - baseline` on `metric` from a `pairs_table`, '+0.12 [-0.03, +0.27]' in the metric's unit (in bold,
+    with `bold`, when the interval excludes 0)."""
+    row = pair_row(pairs, metric, method, baseline)
+    if row is None:
         return "n/a"
     scale_as = "step_hallucination@" + metric.split("@", 1)[1] if metric.startswith("matched@") else metric
-    return format_interval(scale_as, *(float(row[k].iloc[0]) for k in ("diff", "low", "high")), signed=True)
+    text = format_interval(scale_as, *(float(row[k]) for k in ("diff", "low", "high")), signed=True)
+    return f"**{text}**" if bold and excludes_zero(row) else text
 
 
 def verifier_answer(check: dict, pairs: pd.DataFrame) -> str:
@@ -166,7 +174,7 @@ def longer_answer(check: dict, pairs: pd.DataFrame, level: float = 0.95) -> str:
     evidence = "; ".join(f"{question_label(m)} {pair_text(pairs, m, s_method, s_base)} -> "
                          f"{pair_text(pairs, m, l_method, l_base)}" for m in shown)
     longer = [f"{a} - {b} {pair_text(pairs, 'accuracy', a, b)}" for a, b in ((l_base, s_base), (l_method, s_method))
-              if not pairs[(pairs["method"] == a) & (pairs["baseline"] == b)].empty]
+              if pair_row(pairs, "accuracy", a, b) is not None]
     text = f"{head}. {s_method} - {s_base} -> {l_method} - {l_base}: {evidence}."
     if longer:
         text += " What 4x the budget does to accuracy (points): " + "; ".join(longer) + "."
@@ -184,12 +192,9 @@ def questions_markdown(pairs: pd.DataFrame, verifier: dict, longer: dict, pct: s
              "| metric | " + " | ".join(f"{a} - {b}" for a, b in pair_names) + " |",
              "|---|" + "---|" * len(pair_names)]
     for metric in metrics:
-        values = []
-        for a, b in pair_names:
-            text = pair_text(pairs, metric, a, b)
-            row = pairs[(pairs["metric"] == metric) & (pairs["method"] == a) & (pairs["baseline"] == b)]
-            values.append(f"**{text}**" if len(row) and excludes_zero(row.iloc[0]) else text)
+        values = [pair_text(pairs, metric, a, b, bold=True) for a, b in pair_names]
         lines.append(f"| {question_label(metric)} | " + " | ".join(values) + " |")
-    lines += ["", f"- **Does a better verifier turn saying less into saying right?** {verifier_answer(verifier, pairs)}",
+    lines += ["", "- **Does a better verifier turn saying less into saying right?** "
+                  + verifier_answer(verifier, pairs),
               f"- **Does longer training change the picture?** {longer_answer(longer, pairs, float(pct[:-1]) / 100)}"]
     return lines

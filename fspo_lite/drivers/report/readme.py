@@ -19,9 +19,9 @@ import re
 import sys
 from pathlib import Path
 
+from fspo_lite.drivers.report.arms import longer_answer, verifier_answer
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, questions_of, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
-from fspo_lite.drivers.report.arms import longer_answer, verifier_answer
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.summary import detail_answer
 

@@ -35,6 +35,7 @@ def pairs_table(cells: pd.DataFrame, responses: pd.DataFrame, pairs: Sequence[tu
     hallucination at matched length per judge (`matched_length` over the pair's responses alone; metric
     `matched@<judge>`). Pairs with a method that was not run are left out. Rows: metric, method, baseline, diff,
     low, high."""
+    columns = ["metric", "method", "baseline", "diff", "low", "high"]
     ran = set(cells["method"])
     frames = []
     for method, baseline in pairs:
@@ -44,9 +45,7 @@ def pairs_table(cells: pd.DataFrame, responses: pd.DataFrame, pairs: Sequence[tu
         matched = matched_length(responses[responses["method"].isin([method, baseline])], baseline,
                                  n_resamples=n_resamples, seed=seed, level=level)
         if len(matched):
-            frames.append(matched.assign(metric="matched@" + matched["judge"])[
-                ["metric", "method", "baseline", "diff", "low", "high"]])
-    columns = ["metric", "method", "baseline", "diff", "low", "high"]
+            frames.append(matched.assign(metric="matched@" + matched["judge"])[columns])
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
 
 

@@ -303,8 +303,10 @@ def interval_side(low: float, high: float) -> str:
 
 
 def training_verifier(runs_dir: str | Path, method: str) -> str | None:
-    """The verifier `method`'s runs were trained with (their heldout.json's train_verifier), None if no run."""
-    for _, info, _ in _runs(runs_dir):
+    """The verifier `method`'s runs were trained with (their heldout.json's train_verifier), None if no run. Reads
+    the heldout.json files only, not the runs' records."""
+    for path in sorted(Path(runs_dir).glob("*/heldout.json")):
+        info = json.loads(path.read_text())
         if info.get("method") == method:
             return info.get("train_verifier")
     return None

@@ -84,7 +84,8 @@ def run_one(args) -> dict:
 
     folder = build_random_model(args.models[0], Path(args.cache))
     overrides = [
-        f"model.name={folder}", f"model.load_in_4bit={not args.no_4bit}", "model.lora=true", "model.lora_r=16",
+        f"model.name={folder}", f"model.load_in_4bit={not args.no_4bit}", f"model.dtype={args.dtype}",
+        "model.lora=true", "model.lora_r=16",
         "model.lora_alpha=32", f"reward.method={args.methods[0]}", f"rollout.engine={args.engines[0]}",
         f"rollout.group_size={args.group_size}", f"rollout.max_new_tokens={args.max_new_tokens}",
         "rollout.temperature=1.0", f"rollout.generation_batch_size={args.prompts * args.group_size}",
@@ -121,6 +122,7 @@ def run_one(args) -> dict:
     trainable, total = trainable_parameter_count(trainer.model)
     return {
         "model": args.models[0], "method": args.methods[0], "engine": args.engines[0], "four_bit": not args.no_4bit,
+        "dtype": "bfloat16" if not args.no_4bit and cuda else args.dtype,
         "group_size": args.group_size, "prompts_per_step": args.prompts, "max_new_tokens": args.max_new_tokens,
         "micro_batch_size": args.micro_batch, "beta": args.beta, "measured_steps": len(measured),
         "step_time_s": mean("step_time"), "generation_time_s": mean("generation_time"),
@@ -143,7 +145,9 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--beta", type=float, default=0.0)
-    parser.add_argument("--no-4bit", action="store_true", help="bfloat16/float32 weights instead of 4-bit")
+    parser.add_argument("--no-4bit", action="store_true", help="plain weights in --dtype instead of 4-bit")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="model.dtype of the plain (--no-4bit) weights; a 4-bit base computes in bfloat16 on GPUs")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "fspo_lite" / "bench"))
     parser.add_argument("--out", help="append the JSON lines to this file too")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: run one configuration
@@ -158,7 +162,7 @@ def main() -> int:
                 command = [sys.executable, __file__, "--one", "--models", model, "--methods", method, "--engines", engine,
                            "--steps", str(args.steps), "--prompts", str(args.prompts), "--group-size",
                            str(args.group_size), "--max-new-tokens", str(args.max_new_tokens), "--micro-batch",
-                           str(args.micro_batch), "--beta", str(args.beta), "--cache", args.cache]
+                           str(args.micro_batch), "--beta", str(args.beta), "--cache", args.cache, "--dtype", args.dtype]
                 command += ["--no-4bit"] if args.no_4bit else []
                 result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
                 lines = [line[7:] for line in result.stdout.splitlines() if line.startswith("RESULT ")]

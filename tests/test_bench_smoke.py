@@ -3,7 +3,8 @@ the smallest settings: the tiny random model, a few tokens, one step. A renamed 
 `make test` instead of the next person who runs the benchmark. The figures these runs print mean nothing; the
 scripts' documented commands (docs/performance.md and the pages that quote them) give the real ones.
 
-scripts/bench_gpu.py has its smoke run in tests/test_gpu_paths.py, scripts/data_build.py in tests/test_data_build.py.
+scripts/bench_gpu.py and scripts/bench_gpu_trl.py have their smoke runs in tests/test_gpu_paths.py, scripts/data_build.py in
+tests/test_data_build.py.
 """
 
 from __future__ import annotations

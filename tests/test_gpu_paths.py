@@ -232,3 +232,19 @@ def test_gpu_benchmark_script_runs_its_cpu_smoke_configuration(tmp_path):
     row = json.loads(out.read_text().splitlines()[0])
     assert row["model"] == "qwen2-test" and row["method"] == "fspo" and row["measured_steps"] == 1
     assert row["completion_length"] == 2 and row["step_time_s"] > 0
+
+
+def test_trl_gpu_benchmark_script_runs_its_cpu_smoke_configuration(tmp_path):
+    """scripts/bench_gpu_trl.py (TRL's GRPOTrainer, the GPU comparison) end to end on a toy Qwen2 with TRL's own
+    generation (--no-vllm), one measured step of 2 tokens: the columns the GPU run reports are all there."""
+    pytest.importorskip("trl", reason="the dev/bench extra (TRL) is not installed")
+    out = tmp_path / "results.jsonl"
+    command = [sys.executable, str(REPO / "scripts" / "bench_gpu_trl.py"), "--models", "qwen2-test", "--no-vllm",
+               "--steps", "1", "--max-new-tokens", "2", "--prompts", "2", "--group-size", "2", "--micro-batch", "2",
+               "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    row = json.loads(out.read_text().splitlines()[0])
+    assert row["engine"] == "trl" and row["measured_steps"] == 1 and row["completion_length"] == 2
+    assert 0 < row["generation_time_s"] < row["step_time_s"]

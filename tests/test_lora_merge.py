@@ -97,3 +97,20 @@ def test_layers_it_cannot_merge_keep_the_adapter_branch():
     plain = load_model(load_config("configs/tiny.yaml").model)  # no adapter at all: a no-op
     with merged_lora_weights(plain):
         assert plain(input_ids=ids).logits.shape[-1] > 0
+
+
+def test_a_bfloat16_model_merges_in_its_own_dtype():
+    """peft keeps the adapter in float32, so W + delta is float32; the merged matrix must go back to W's
+    bfloat16, or the first generation of a `model.dtype=bfloat16` LoRA run fails with a dtype mismatch."""
+    model, _ = _policy("model.dtype=bfloat16")
+    ids = torch.randint(3, 200, (2, 8))
+    weights = [m.get_base_layer().weight for n, m in model.named_modules() if n.endswith("q_proj") and hasattr(m, "lora_A")]
+    assert weights and all(w.dtype == torch.bfloat16 for w in weights)
+    with torch.no_grad():
+        adapted = model(input_ids=ids).logits
+        with merged_lora_weights(model):
+            assert all(m.get_base_layer().weight.dtype == torch.bfloat16 for n, m in model.named_modules()
+                       if n.endswith("q_proj") and hasattr(m, "lora_A"))
+            merged = model(input_ids=ids).logits
+    assert merged.dtype == adapted.dtype == torch.bfloat16
+    torch.testing.assert_close(merged.float(), adapted.float(), atol=0.1, rtol=0.05)  # bfloat16 rounding of W + delta

@@ -347,9 +347,9 @@ def load_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inferenc
 
 
 def _lora_swaps(model) -> list[tuple[torch.nn.Linear, torch.Tensor, torch.Tensor]] | None:
-    """(base layer, its weight, weight + delta) for every LoRA layer; None when some layer cannot be
-    merged this way (quantized or non-linear base, DoRA or another variant, a LoRA bias, merged already).
-    Every layer is checked before any delta is computed, so an unmergeable model costs no merge work."""
+    """(base layer, its weight, weight + delta in the weight's dtype: peft keeps the delta in float32) for every
+    LoRA layer; None when some layer cannot be merged this way (quantized or non-linear base, DoRA or another
+    variant, a LoRA bias, merged already). Every layer is checked before any delta is computed."""
     from peft.tuners.lora import LoraLayer
 
     layers = []
@@ -364,8 +364,8 @@ def _lora_swaps(model) -> list[tuple[torch.nn.Linear, torch.Tensor, torch.Tensor
             return None
         if adapters:
             layers.append((module, base, adapters))
-    return [(base, base.weight.data, (base.weight.data + sum(module.get_delta_weight(a) for a in adapters)).detach())
-            for module, base, adapters in layers]
+    return [(base, base.weight.data, (base.weight.data + sum(module.get_delta_weight(a) for a in adapters))
+             .to(base.weight.dtype).detach()) for module, base, adapters in layers]
 
 
 @contextlib.contextmanager

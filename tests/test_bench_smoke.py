@@ -52,6 +52,27 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     assert stdout.splitlines()[-1].startswith("RATIOS tiny: time ")
 
 
+def test_step_profile_runs():
+    """bench/step_profile.py (the operator table behind docs/performance.md's "Where the step's time goes")."""
+    stdout = run("bench/step_profile.py", "--model", "tiny", "--warmup", "0", "--tokens", "2", "--rows", "3",
+                 "--threads", "1")
+    lines = stdout.splitlines()
+    assert lines[-1].startswith("MATMUL ") and "GFLOP/s" in lines[-1]
+    assert any(line.startswith("aten::") for line in lines)  # the operator table
+
+
+def test_step_profile_sums_the_matrix_products():
+    """matmul_share by hand: 3 s of products (6e9 + 3e9 FLOPs) out of 4 s of self time."""
+    spec = importlib.util.spec_from_file_location("step_profile", ROOT / "bench" / "step_profile.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{"name": "aten::mm", "self_s": 2.0, "calls": 5, "flops": 6e9},
+            {"name": "aten::bmm", "self_s": 1.0, "calls": 1, "flops": 3e9},
+            {"name": "aten::mul", "self_s": 1.0, "calls": 9, "flops": 0}]
+    assert module.matmul_share(rows) == {"seconds": 3.0, "share": 0.75, "gflops_per_s": 3.0}
+    assert module.matmul_share([]) == {"seconds": 0, "share": 0.0, "gflops_per_s": 0.0}
+
+
 def test_four_bit_cpu_runs(tmp_path):
     """bench/four_bit_cpu.py, its float32 worker (the tiny model has no 4-bit form; tests/test_four_bit_cpu.py
     trains the 4-bit SmolLM2)."""

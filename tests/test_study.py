@@ -14,7 +14,8 @@ from fspo_lite.__main__ import _portable_argument
 from fspo_lite.data.examples import DATA_DIR, load_examples, portable_spec
 from fspo_lite.config import Config
 from fspo_lite.drivers.experiment import ROOT, load_profile, local_sources, override_parameters
-from fspo_lite.drivers.runs import changed_settings, evaluate_base, run_config, run_key, train_and_evaluate
+from fspo_lite.drivers.runs import (changed_settings, evaluate_base, finished_record, run_config, run_key,
+                                    source_identity, train_and_evaluate)
 
 SHARED = {"model.name": "tiny", "data.train": "bundled:kbqa_train", "rollout.group_size": 2,
           "rollout.max_new_tokens": 4, "train.steps": 2, "train.prompts_per_step": 1, "train.micro_batch_size": 2,
@@ -114,6 +115,42 @@ def test_run_key_ignores_output_folders_and_resume_switches(tmp_path, questions)
     assert run_key(a, questions) != run_key(run_config(SHARED, "grpo", 1, tmp_path), questions)
     assert run_key(a, questions) != run_key(a, questions[:1])
     assert run_key(a, sections=("model",)) == run_key(run_config(SHARED, "fspo", 2, tmp_path), sections=("model",))
+
+
+def test_run_key_counts_a_local_evaluation_file_by_content_not_by_folder(tmp_path, questions):
+    """The same TruthfulQA copy in two folders keys the same run; one changed byte keys another."""
+    rows = '{"question": "q", "mc1_targets": {"a": 1}}\n'
+    for folder in ("here", "elsewhere", "edited"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "truthfulqa.jsonl").write_text(rows if folder != "edited" else rows.replace("q", "Q"))
+    keys = {folder: run_key(run_config({**SHARED, "evaluation.sources.truthfulqa_mc":
+                                        str(tmp_path / folder / "truthfulqa.jsonl")}, "grpo", 0, tmp_path), questions)
+            for folder in ("here", "elsewhere", "edited")}
+    assert keys["here"] == keys["elsewhere"] != keys["edited"]
+    by_path = [run_key(run_config({**SHARED, "evaluation.sources.truthfulqa_mc": str(tmp_path / folder /
+                                   "truthfulqa.jsonl")}, "grpo", 0, tmp_path), questions, by_content=False)
+               for folder in ("here", "elsewhere")]
+    assert by_path[0] != by_path[1]  # the older form: the path itself
+    assert source_identity(str(tmp_path / "here" / "truthfulqa.jsonl")).startswith("truthfulqa.jsonl sha256:")
+    for spec in ("bundled:kbqa_test", "data:truthfulqa", "hf:truthful_qa", str(tmp_path / "missing.jsonl")):
+        assert source_identity(spec) == spec
+
+
+def test_a_run_keyed_by_path_is_accepted_and_rekeyed(tmp_path):
+    """finished_record: a heldout.json written with the older, path-based key is the run's (re-keyed in place);
+    a record with any other key is not."""
+    run_dir = tmp_path / "grpo_s0"
+    run_dir.mkdir()
+    record = {"method": "grpo", "seed": 0, "settings_key": "path0000", "metrics": {"kbqa.em": 0.5}}
+    (run_dir / "heldout.json").write_text(json.dumps(record, indent=1))
+    (run_dir / "run_settings.json").write_text(json.dumps({"settings_key": "path0000"}))
+    assert finished_record(run_dir, "content1", "other999") is None
+    assert finished_record(run_dir, "content1") is None
+    found = finished_record(run_dir, "content1", "path0000")
+    assert found["metrics"] == {"kbqa.em": 0.5} and found["settings_key"] == "content1"
+    assert json.loads((run_dir / "heldout.json").read_text())["settings_key"] == "content1"
+    assert json.loads((run_dir / "run_settings.json").read_text()) == {"settings_key": "content1"}
+    assert finished_record(run_dir, "content1")["settings_key"] == "content1"  # now found by the new key alone
 
 
 def test_changed_settings_keeps_only_what_differs_from_the_defaults():

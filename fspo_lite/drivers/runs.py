@@ -12,6 +12,8 @@ machine's data folder holds (`fspo_lite.drivers.experiment.local_sources` picks 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import shutil
 import time
@@ -129,18 +131,40 @@ def changed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict
 _ABSENT = object()
 
 
-def run_key(config: Config, examples: list | None = None, sections: tuple[str, ...] | None = None) -> str:
+def source_identity(spec: str) -> str:
+    """An evaluation source as the run key sees it: a local file by its name and the sha256 of its content, so a copy
+    of the same file in another folder keys the same; bundled:, data: and hf: sources (and a missing file) as given."""
+    path = Path(spec).expanduser()
+    if spec.startswith(("bundled:", "data:", "hf:")) or not path.is_file():
+        return spec
+    stat = path.stat()
+    return _file_digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    """'<name> sha256:<16 hex digits>' of a file (size and mtime only make the cache forget a changed file)."""
+    with open(path, "rb") as handle:
+        return f"{Path(path).name} sha256:{hashlib.file_digest(handle, 'sha256').hexdigest()[:16]}"
+
+
+def run_key(config: Config, examples: list | None = None, sections: tuple[str, ...] | None = None,
+            by_content: bool = True) -> str:
     """A hash of everything that decides a run's numbers: the config settings that differ from the defaults (all
     sections, or `sections`), without the output folders and the resume/checkpoint switches, plus the ids of the
-    training questions (a filter file rewritten with other kept ids changes it). A setting added later at its
-    default keeps the keys of finished runs. Code changes, defaults included, are not in it: after one, delete
-    the runs to redo them."""
+    training questions (a filter file rewritten with other kept ids changes it). Local evaluation files count by
+    name and content (`source_identity`), not by path, unless by_content=False (the form of keys written before
+    2026-11-26, which `finished_record` still accepts). A setting added later at its default keeps the keys of
+    finished runs. Code changes, defaults included, are not in it: after one, delete the runs to redo them."""
     from fspo_lite.drivers.base_samples import settings_key
 
     settings = config.to_dict()
     for section, key in (("train", "output_dir"), ("train", "resume"), ("train", "save_every"),
                          ("train", "tensorboard"), ("evaluation", "output_dir")):
         settings[section].pop(key, None)
+    if by_content:
+        sources = settings["evaluation"]["sources"]
+        settings["evaluation"]["sources"] = {name: source_identity(spec) for name, spec in sources.items()}
     if sections is not None:
         settings = {name: settings[name] for name in sections}
     settings = changed_settings(settings, Config().to_dict())
@@ -149,14 +173,25 @@ def run_key(config: Config, examples: list | None = None, sections: tuple[str, .
     return settings_key(settings)
 
 
-def finished_record(run_dir: str | Path, key: str) -> dict | None:
-    """The run's heldout.json record when it exists and was made with settings `key`, else None."""
+def finished_record(run_dir: str | Path, key: str, path_key: str | None = None) -> dict | None:
+    """The run's heldout.json record when it exists and was made with settings `key`, else None. A record keyed the
+    older way (`path_key`: run_key with by_content=False, evaluation files by path) is accepted and re-keyed to
+    `key` in heldout.json and the run's settings marker, so finished runs survive the change of key."""
     path = Path(run_dir) / "heldout.json"
     try:
         record = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-    return record if record.get("settings_key") == key else None
+    stored = record.get("settings_key")
+    if stored == key:
+        return record
+    if path_key is None or stored != path_key or path_key == key:
+        return None
+    record["settings_key"] = key
+    path.write_text(json.dumps(record, indent=1))
+    (Path(run_dir) / RUN_SETTINGS).write_text(json.dumps({"settings_key": key}))
+    print(f"[fspo_lite] {Path(run_dir).name}: settings key moved to the content-based form ({stored} -> {key})")
+    return record
 
 
 def prepare_run_dir(run_dir: str | Path, key: str) -> str:
@@ -191,7 +226,7 @@ def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) 
 
     key = run_key(config, sections=BASE_SECTIONS)
     run_dir = Path(runs_dir) / "base"
-    record = finished_record(run_dir, key)
+    record = finished_record(run_dir, key, run_key(config, sections=BASE_SECTIONS, by_content=False))
     if record is not None:
         print(f"[fspo_lite] base: finished earlier with the same settings ({run_dir / 'heldout.json'}); skipped")
         return record
@@ -215,7 +250,7 @@ def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir:
     key = run_key(config, examples)
     run_dir = Path(config.train.output_dir)
     started = time.perf_counter()
-    record = finished_record(run_dir, key)
+    record = finished_record(run_dir, key, run_key(config, examples, by_content=False))
     if record is not None:
         status = "skipped"
         print(f"[fspo_lite] {run_name(method, seed)}: finished earlier with the same settings; skipped")

@@ -253,7 +253,8 @@ def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir:
     record = finished_record(run_dir, key, run_key(config, examples, by_content=False))
     if record is not None:
         status = "skipped"
-        print(f"[fspo_lite] {run_name(method, seed)}: finished earlier with the same settings; skipped")
+        if progress:  # a worker process stays quiet: its line would land amid the parent's rows (status says it)
+            print(f"[fspo_lite] {run_name(method, seed)}: finished earlier with the same settings; skipped")
     else:
         status = "resumed" if prepare_run_dir(run_dir, key) == "resume" else "trained"
         apply_overrides(config, {"train.resume": status == "resumed"})

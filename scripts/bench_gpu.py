@@ -70,6 +70,36 @@ def build_random_model(name: str, cache: Path) -> Path:
     return folder
 
 
+def process_tree(pid: int) -> set[int]:
+    """`pid` and every process below it (Linux /proc): vLLM runs its engine core in a child process."""
+    found, stack = set(), [pid]
+    while stack:
+        current = stack.pop()
+        found.add(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            stack += [int(child) for child in task.read_text().split()]
+    return found
+
+
+def held_gib(smi_csv: str, pids: set[int]) -> float:
+    """GiB of GPU memory held by `pids`, from `nvidia-smi --query-compute-apps=pid,used_memory
+    --format=csv,noheader,nounits` (one 'pid, MiB' line per process on a GPU)."""
+    rows = [line.split(",") for line in smi_csv.strip().splitlines() if line.strip()]
+    return sum(int(mib) for pid, mib in rows if int(pid) in pids) / 1024
+
+
+def gpu_memory_held_gib() -> float | None:
+    """GPU memory that this process and its children hold now (torch's cache and vLLM's share included), as the
+    driver counts it; None without nvidia-smi. After the measured steps it compares trainers whose vLLM engine
+    runs in the same process (TRL's colocate mode) with those where it runs in a child (fspo-lite's vllm.LLM)."""
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    return held_gib(smi.stdout, process_tree(os.getpid())) if smi.returncode == 0 else None
+
+
 def questions(count: int = 64):
     from fspo_lite.data.examples import QAExample
 
@@ -128,6 +158,7 @@ def run_one(args) -> dict:
         "step_time_s": mean("step_time"), "generation_time_s": mean("generation_time"),
         "update_time_s": mean("update_time"), "completion_length": mean("completion_length"),
         "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "gpu_memory_held_gib": gpu_memory_held_gib() if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "load_time_s": load_time, "trainable_parameters": trainable, "stored_parameters": total,
         "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_gpu import ARCHITECTURES, build_random_model, questions  # noqa: E402
+from bench_gpu import ARCHITECTURES, build_random_model, gpu_memory_held_gib, questions  # noqa: E402
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -112,6 +112,7 @@ def run_one(args) -> dict:
         )
         load_time = time.perf_counter() - loaded_at
         trainer.train()
+        held = gpu_memory_held_gib() if cuda else None  # before the engine and the trainer go
     measured = slice(1, None)
     mean = lambda key: sum(timings[key][measured]) / len(timings[key][measured])  # noqa: E731
     import trl
@@ -125,6 +126,7 @@ def run_one(args) -> dict:
         "generation_time_s": mean("generation"), "update_time_s": mean("step") - mean("generation"),
         "completion_length": mean("tokens") / responses, "gradient_checkpointing": checkpointing,
         "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "gpu_memory_held_gib": held if cuda else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "load_time_s": load_time, "device": torch.cuda.get_device_name() if cuda else "cpu",
         "torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,

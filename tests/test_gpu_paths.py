@@ -248,3 +248,20 @@ def test_trl_gpu_benchmark_script_runs_its_cpu_smoke_configuration(tmp_path):
     row = json.loads(out.read_text().splitlines()[0])
     assert row["engine"] == "trl" and row["measured_steps"] == 1 and row["completion_length"] == 2
     assert 0 < row["generation_time_s"] < row["step_time_s"]
+
+
+def test_gpu_memory_held_counts_this_process_and_its_children():
+    """bench_gpu.held_gib by hand (MiB lines of nvidia-smi; other processes' lines left out), and process_tree
+    finds a child process (vLLM's engine core runs in one)."""
+    from conftest import load_script
+
+    bench = load_script("bench_gpu")
+    smi = "101, 2048\n202, 1024\n303, 512\n"
+    assert bench.held_gib(smi, {101, 303}) == 2.5
+    assert bench.held_gib("", {101}) == 0 and bench.held_gib(smi, set()) == 0
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert {os.getpid(), child.pid} <= bench.process_tree(os.getpid())
+    finally:
+        child.kill()
+        child.wait()

@@ -165,47 +165,68 @@ def run_one(args) -> dict:
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], choices=sorted(ARCHITECTURES))
-    parser.add_argument("--methods", nargs="+", default=["grpo", "fspo"], choices=["grpo", "fspo"])
-    parser.add_argument("--engines", nargs="+", default=["transformers"], choices=["transformers", "vllm"])
+def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """The step's workload and the run options, shared with scripts/bench_gpu_trl.py (the same work on both sides)."""
     parser.add_argument("--steps", type=int, default=3, help="measured steps after one warm-up step")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--beta", type=float, default=0.0)
-    parser.add_argument("--no-4bit", action="store_true", help="plain weights in --dtype instead of 4-bit")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
-                        help="model.dtype of the plain (--no-4bit) weights; a 4-bit base computes in bfloat16 on GPUs")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "fspo_lite" / "bench"))
     parser.add_argument("--out", help="append the JSON lines to this file too")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: run one configuration
+
+
+def workload_arguments(args: argparse.Namespace) -> list[str]:
+    """add_workload_arguments' values as command-line arguments for the process that runs one configuration."""
+    return ["--steps", str(args.steps), "--prompts", str(args.prompts), "--group-size", str(args.group_size),
+            "--max-new-tokens", str(args.max_new_tokens), "--micro-batch", str(args.micro_batch), "--beta",
+            str(args.beta), "--cache", args.cache]
+
+
+def report_one(result: dict) -> int:
+    """Print one configuration's figures as the RESULT line run_in_own_process reads; exit status 0."""
+    print("RESULT " + json.dumps(result), flush=True)
+    return 0
+
+
+def run_in_own_process(script: str, arguments: list[str], label: dict, out: str | None) -> bool:
+    """Run `script --one arguments` in a new process (clean peak-memory counters, one vLLM engine per process); print
+    its result line and append it to `out`, or print `label` with the error. True when it gave a result."""
+    result = subprocess.run([sys.executable, script, "--one", *arguments], capture_output=True, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    lines = [line[7:] for line in result.stdout.splitlines() if line.startswith("RESULT ")]
+    if result.returncode or not lines:
+        print(json.dumps({**label, "error": (result.stderr or result.stdout)[-3000:]}))
+        return False
+    print(lines[0], flush=True)
+    if out:
+        with open(out, "a") as handle:
+            handle.write(lines[0] + "\n")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b"], choices=sorted(ARCHITECTURES))
+    parser.add_argument("--methods", nargs="+", default=["grpo", "fspo"], choices=["grpo", "fspo"])
+    parser.add_argument("--engines", nargs="+", default=["transformers"], choices=["transformers", "vllm"])
+    add_workload_arguments(parser)
+    parser.add_argument("--no-4bit", action="store_true", help="plain weights in --dtype instead of 4-bit")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="model.dtype of the plain (--no-4bit) weights; a 4-bit base computes in bfloat16 on GPUs")
     args = parser.parse_args()
-    if args.one:
-        print("RESULT " + json.dumps(run_one(args)), flush=True)
-        return 0
+    if args.one:  # the process run_in_own_process started: one configuration
+        return report_one(run_one(args))
     failed = 0
     for model in args.models:
         for engine in args.engines:
             for method in args.methods:
-                command = [sys.executable, __file__, "--one", "--models", model, "--methods", method, "--engines", engine,
-                           "--steps", str(args.steps), "--prompts", str(args.prompts), "--group-size",
-                           str(args.group_size), "--max-new-tokens", str(args.max_new_tokens), "--micro-batch",
-                           str(args.micro_batch), "--beta", str(args.beta), "--cache", args.cache, "--dtype", args.dtype]
-                command += ["--no-4bit"] if args.no_4bit else []
-                result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-                lines = [line[7:] for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-                if result.returncode or not lines:
-                    failed = 1
-                    print(json.dumps({"model": model, "method": method, "engine": engine,
-                                      "error": (result.stderr or result.stdout)[-2000:]}))
-                    continue
-                print(lines[0], flush=True)
-                if args.out:
-                    with open(args.out, "a") as handle:
-                        handle.write(lines[0] + "\n")
+                arguments = ["--models", model, "--methods", method, "--engines", engine, *workload_arguments(args),
+                             "--dtype", args.dtype] + (["--no-4bit"] if args.no_4bit else [])
+                label = {"model": model, "method": method, "engine": engine}
+                failed |= not run_in_own_process(__file__, arguments, label, args.out)
     return failed
 
 

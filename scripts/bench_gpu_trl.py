@@ -16,9 +16,6 @@ One JSON line per configuration goes to stdout (and --out), with the columns of 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_gpu import ARCHITECTURES, build_random_model, gpu_memory_held_gib, questions  # noqa: E402
+from bench_gpu import (ARCHITECTURES, add_workload_arguments, build_random_model, gpu_memory_held_gib,  # noqa: E402
+                       questions, report_one, run_in_own_process, workload_arguments)
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -136,36 +134,16 @@ def run_one(args) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["qwen2.5-1.5b"], choices=sorted(ARCHITECTURES))
-    parser.add_argument("--steps", type=int, default=3, help="measured steps after one warm-up step")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--micro-batch", type=int, default=8)
-    parser.add_argument("--beta", type=float, default=0.0)
+    add_workload_arguments(parser)
     parser.add_argument("--no-vllm", action="store_true", help="TRL's own transformers generation (CPU smoke run)")
-    parser.add_argument("--cache", default=str(Path.home() / ".cache" / "fspo_lite" / "bench"))
-    parser.add_argument("--out", help="append the JSON lines to this file too")
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # internal: run one configuration
     args = parser.parse_args()
-    if args.one:
-        print("RESULT " + json.dumps(run_one(args)), flush=True)
-        return 0
+    if args.one:  # the process run_in_own_process started: one configuration
+        return report_one(run_one(args))
     failed = 0
     for model in args.models:
-        command = [sys.executable, __file__, "--one", "--models", model, "--steps", str(args.steps), "--prompts",
-                   str(args.prompts), "--group-size", str(args.group_size), "--max-new-tokens", str(args.max_new_tokens),
-                   "--micro-batch", str(args.micro_batch), "--beta", str(args.beta), "--cache", args.cache]
-        command += ["--no-vllm"] if args.no_vllm else []
-        result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-        lines = [line[7:] for line in result.stdout.splitlines() if line.startswith("RESULT ")]
-        if result.returncode or not lines:
-            failed = 1
-            print(json.dumps({"model": model, "engine": "trl+vllm", "error": (result.stderr or result.stdout)[-3000:]}))
-            continue
-        print(lines[0], flush=True)
-        if args.out:
-            with open(args.out, "a") as handle:
-                handle.write(lines[0] + "\n")
+        arguments = ["--models", model, *workload_arguments(args)] + (["--no-vllm"] if args.no_vllm else [])
+        label = {"model": model, "engine": "trl" if args.no_vllm else "trl+vllm"}
+        failed |= not run_in_own_process(__file__, arguments, label, args.out)
     return failed
 
 

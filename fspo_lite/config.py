@@ -104,9 +104,15 @@ class RolloutConfig:
     product per projection instead of three; the base weights are never modified). Needs float base weights
     (4-bit bases keep the adapter branch); not used with sharded weights (FSDP) or the Unsloth backend."""
     use_sampler_logprobs: bool = False
-    """vLLM engines, train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached
-    current policy, so the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the
-    inference engine and the trainer. With mu > 1 the trainer computes pi_old itself (see docs/gpu.md)."""
+    """train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached current policy, so
+    the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the sampler and the
+    trainer: vLLM's kernels, or the transformers engine's sampler_dtype copy (its decoding loop, drop_ended_rows,
+    returns the log-probs). With mu > 1 the trainer computes pi_old itself (see docs/gpu.md)."""
+    sampler_dtype: str = "policy"
+    """transformers engine: policy (sample with the policy's own weights) | bfloat16 (sample from a bfloat16 copy
+    of the policy, its trained weights copied in before every rollout). For CPUs with bfloat16 matrix units (Intel
+    AMX): 0.67x the float32 rollout time there, 2.4x slower on AVX2-only CPUs (docs/performance.md). Needs
+    use_sampler_logprobs=true, so that the ratio corrects the copy's gap (0.036 nats on average for SmolLM2)."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take (weights + KV cache); the trainer gets the rest."""
     vllm_enable_sleep_mode: bool = False
@@ -786,6 +792,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.backend": ("transformers", "unsloth"),
     "rollout.engine": ("transformers", "vllm", "vllm-server"),
+    "rollout.sampler_dtype": ("policy", "bfloat16"),
     "reward.answer_metric": ("auto", "f1", "em"),
     "reward.claim_extractor": ("rules", "llm"),
     "caution.variant": ("both", "fact", "caution", "fact_then_caution"),
@@ -871,6 +878,15 @@ def validate_config(config: Config) -> None:
            config.evaluation.samples, "1 unless evaluation.temperature > 0 (greedy answers would repeat)")
     if config.filter.band is not None:
         validate_band(config.filter.band, "filter.band")
+    rollout = config.rollout
+    if rollout.sampler_dtype != "policy":
+        for holds, valid in ((rollout.engine == "transformers", "policy unless rollout.engine is transformers"),
+                             (rollout.use_sampler_logprobs, "policy unless rollout.use_sampler_logprobs=true (the "
+                              "ratio to the copy's log-probs corrects its gap)"),
+                             (config.train.ppo_epochs == 1, "policy unless train.ppo_epochs=1"),
+                             (not config.model.load_in_4bit, "policy with model.load_in_4bit (a 4-bit base has no "
+                              "bfloat16 copy)")):
+            _check(holds, "rollout.sampler_dtype", rollout.sampler_dtype, valid)
     detail = config.detail
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")

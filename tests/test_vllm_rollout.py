@@ -249,8 +249,9 @@ def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
     config.rollout.engine = "vlm"  # a config built in code reaches the factory unchecked
     with pytest.raises(ValueError, match="unknown rollout.engine 'vlm'"):
         _build(model, tokenizer, config, dist)
-    with pytest.raises(ValueError, match="needs a vLLM engine"):
-        _build(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true"), dist)
+    with pytest.raises(ValueError, match="drop_ended_rows=true"):  # transformers gives log-probs from its own loop
+        _build(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true",
+                                         "rollout.drop_ended_rows=false"), dist)
     with pytest.raises(ValueError, match="full fine-tuning"):
         _build(model, tokenizer, _config(tmp_path, "rollout.engine=vllm", "model.lora=false"), dist)
     with pytest.raises(ValueError, match="ppo_epochs=1"):

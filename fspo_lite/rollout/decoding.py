@@ -123,7 +123,8 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
 
 @torch.no_grad()
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: Sampling, pad_id: int,
-           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True) -> torch.Tensor:
+           past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
+           logprobs: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p (or greedy,
     sampling.do_sample=False), pad after each row's first of sampling.eos_ids; steps = sampling.max_new_tokens or
     fewer when every row has ended, no EOS before sampling.min_new_tokens tokens (their logits set to -inf first, as
@@ -133,7 +134,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
     rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work). preallocate_cache: after
     the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
-    values in place instead of copying the whole cache (the same numbers either way)."""
+    values in place instead of copying the whole cache (the same numbers either way). logprobs=True returns
+    (tokens, log-probs): each drawn token's log-probability under the processed scores it was drawn from (after
+    temperature and top-p, as vLLM's processed log-probs), 0 after a row's end."""
     max_new_tokens, do_sample, temperature = sampling.max_new_tokens, sampling.do_sample, sampling.temperature
     if do_sample and temperature <= 0:
         raise ValueError(f"sampling needs a temperature above 0, got {temperature}")
@@ -146,7 +149,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
         step_ids, positions = input_ids[:, -1:], prompt_positions(mask)[:, -1:]
     live = torch.arange(rows, device=device)  # the input rows still in the forward pass, in cache order
     ended = torch.zeros(rows, dtype=torch.bool, device=device)
-    tokens = []
+    tokens, drawn_logprobs = [], []
     cache = past_key_values
     for step in range(max_new_tokens):
         output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
@@ -166,6 +169,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
             next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
         else:
             next_tokens = scores.argmax(dim=-1)
+        if logprobs:
+            chosen = torch.log_softmax(scores, dim=-1).gather(1, next_tokens[:, None]).squeeze(1)
+            drawn_logprobs.append(chosen.masked_fill(ended, 0.0))
         next_tokens = next_tokens.masked_fill(ended, pad_id)
         tokens.append(next_tokens)
         ended = ended | torch.isin(next_tokens, eos)
@@ -179,4 +185,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
         step_ids = next_tokens[live][:, None]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         positions = positions[:, -1:] + 1
-    return torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(rows, 0)
+    drawn = torch.stack(tokens, dim=1) if tokens else input_ids.new_zeros(rows, 0)
+    if not logprobs:
+        return drawn
+    return drawn, torch.stack(drawn_logprobs, dim=1) if drawn_logprobs else torch.zeros(rows, 0)

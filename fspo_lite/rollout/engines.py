@@ -38,8 +38,6 @@ def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config:
     built."""
     engine = rollout.engine
     if engine == "transformers":
-        if rollout.use_sampler_logprobs:
-            raise ValueError("rollout.use_sampler_logprobs needs a vLLM engine (transformers returns no log-probs)")
         # with sharded weights every rank must run the same forward passes (the shared prefill is one more,
         # depending on the rank's own prompts) and the weights are shards (nothing to merge into); Unsloth
         # patches generation, its cache handling and its LoRA layers in ways neither has been tried against

@@ -11,6 +11,7 @@ builds the one the config names.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ class Rollout:
     texts: list[str]
     num_samples: int
     sampling_logprobs: torch.Tensor | None = None
-    """(N, C) log-probs of the sampled tokens under the sampler (vLLM engines on request), 0 on padding."""
+    """(N, C) log-probs of the sampled tokens under the sampler (rollout.use_sampler_logprobs), 0 on padding."""
 
     @property
     def completion_lengths(self) -> torch.Tensor:
@@ -90,17 +91,39 @@ class TransformersRollout(Engine):
         self.preallocate_cache = preallocate_cache
         """With rollout.drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same
         tokens)."""
+        self.with_logprobs = rollout.use_sampler_logprobs
+        """Return each drawn token's log-prob (Rollout.sampling_logprobs): only `decode` gives them."""
+        if self.with_logprobs and not (rollout.drop_ended_rows and plain_model):
+            raise ValueError("rollout.use_sampler_logprobs with the transformers engine needs its decoding loop: "
+                             "rollout.drop_ended_rows=true, plain weights (no FSDP, no Unsloth)")
+        self._copy = None
+        """The rollout.sampler_dtype copy of the policy, made at the first rollout."""
 
     @property
     def generation_batch_size(self) -> int:
         """Sequences generated at once (rollout.generation_batch_size)."""
         return self.rollout.generation_batch_size
 
+    def sampling_model(self):
+        """The model that draws the tokens: the policy, or (rollout.sampler_dtype) its copy in that dtype with the
+        policy's trainable weights (the adapter, or every weight in full fine-tuning) copied in now."""
+        if self.rollout.sampler_dtype == "policy":
+            return self.model
+        if self._copy is None:
+            self._copy = copy.deepcopy(self.model).to(getattr(torch, self.rollout.sampler_dtype)).requires_grad_(False)
+        with torch.no_grad():
+            for (name, mine), (theirs_name, theirs) in zip(self._copy.named_parameters(), self.model.named_parameters()):
+                if name != theirs_name:
+                    raise RuntimeError(f"the sampler copy lost step with the policy at {name} / {theirs_name}")
+                if theirs.requires_grad:
+                    mine.copy_(theirs)
+        return self._copy
+
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
                  max_new_tokens: int | None = None) -> Rollout:
         """Sample `num_samples` completions per prompt (greedy when do_sample=False)."""
-        tokenizer, model = self.tokenizer, self.model
+        tokenizer, model = self.tokenizer, self.sampling_model()
         device = next(model.parameters()).device
         expanded = [p for p in prompts for _ in range(num_samples)]
         eos = eos_ids(tokenizer, model)
@@ -117,17 +140,22 @@ class TransformersRollout(Engine):
                                     truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
                 if self.rollout.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
                         getattr(model, "generation_config", None)):
-                    new_tokens = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
-                                        self._prefilled(encoded).get("past_key_values"),
-                                        preallocate_cache=self.preallocate_cache)
+                    drawn = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
+                                   self._prefilled(model, encoded).get("past_key_values"),
+                                   preallocate_cache=self.preallocate_cache, logprobs=self.with_logprobs)
+                    new_tokens, new_logprobs = drawn if self.with_logprobs else (drawn, None)
+                elif self.with_logprobs:
+                    raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from "
+                                     "its decoding loop only, which these generate arguments or this generation "
+                                     f"config do not allow ({sorted(self.generate_kwargs)})")
                 else:
                     drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
                         if do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
                     output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
-                                            pad_token_id=pad_id, use_cache=True, **drawn, **self._prefilled(encoded),
+                                            pad_token_id=pad_id, use_cache=True, **drawn, **self._prefilled(model, encoded),
                                             **self.generate_kwargs)
-                    new_tokens = output[:, encoded["input_ids"].shape[1]:]
-                chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens))
+                    new_tokens, new_logprobs = output[:, encoded["input_ids"].shape[1]:], None
+                chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens, new_logprobs))
         model.train(was_training)
         prompt_width = max(c[0].shape[1] for c in chunks)
         completion_width = max(max(c[2].shape[1] for c in chunks), 1)
@@ -140,9 +168,13 @@ class TransformersRollout(Engine):
             [ids[: int(n)] for ids, n in zip(completion_ids, completion_mask.sum(1))],
             skip_special_tokens=True, clean_up_tokenization_spaces=False,
         )
-        return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples)
+        logprobs = None
+        if self.with_logprobs:
+            logprobs = torch.cat([_pad_to(c[3].to(completion_ids.device), completion_width, 0.0, left=False)
+                                  for c in chunks]) * completion_mask
+        return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples, logprobs)
 
-    def _prefilled(self, encoded) -> dict:
+    def _prefilled(self, model, encoded) -> dict:
         """`past_key_values` holding all but the last prompt token (generate then feeds the last token and
         decodes): the batch's common prompt start encoded once and each distinct prompt's rest once
         (share_prompt_prefix, when that start has MIN_SHARED_PREFIX tokens), else each distinct prompt once;
@@ -154,10 +186,10 @@ class TransformersRollout(Engine):
         if self.rollout.share_prompt_prefix:
             prefix = common_prefix_length(ids[:, :-1], mask[:, :-1])
             if prefix >= MIN_SHARED_PREFIX:
-                return {"past_key_values": shared_prefix_prefill(self.model, ids[:, :-1], mask[:, :-1], groups, prefix)}
+                return {"past_key_values": shared_prefix_prefill(model, ids[:, :-1], mask[:, :-1], groups, prefix)}
         if groups is None:
             return {}
-        cache, _ = shared_prompt_pass(self.model, ids[:, :-1], mask[:, :-1], groups)
+        cache, _ = shared_prompt_pass(model, ids[:, :-1], mask[:, :-1], groups)
         return {"past_key_values": cache}
 
 

@@ -66,6 +66,9 @@ class BenchSettings:
     verifier: str = "lexical"
     seed: int = 0
     threads: int = 2
+    sampler_dtype: str = "policy"
+    """fspo-lite's side only: rollout.sampler_dtype (bfloat16: a bfloat16 sampler copy with its log-probs as pi_old);
+    TRL keeps its float32 `generate`, so the two sides then differ in the sampler's precision."""
     device: str = "cpu"
     """cpu (peak RSS) or cuda (peak allocated GPU memory; TRL without vLLM on the GPU too)."""
 
@@ -193,6 +196,7 @@ def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = N
         "model.gradient_checkpointing": False,
         "rollout.group_size": settings.group_size, "rollout.max_new_tokens": settings.max_new_tokens,
         "rollout.temperature": settings.temperature, "rollout.generation_batch_size": settings.responses,
+        "rollout.sampler_dtype": settings.sampler_dtype, "rollout.use_sampler_logprobs": settings.sampler_dtype != "policy",
         "reward.method": settings.method, "verifier.name": settings.verifier,
         "train.prompts_per_step": settings.prompts_per_step, "train.micro_batch_size": settings.micro_batch_size,
         "train.learning_rate": settings.learning_rate, "train.beta": settings.beta,
@@ -454,6 +458,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=BenchSettings.max_new_tokens)
     parser.add_argument("--beta", type=float, default=BenchSettings.beta)
     parser.add_argument("--verifier", default=BenchSettings.verifier, help="verifier.name for the FSPO advantages")
+    parser.add_argument("--sampler-dtype", default=BenchSettings.sampler_dtype, choices=("policy", "bfloat16"),
+                        help="fspo-lite's rollout.sampler_dtype (TRL keeps float32: the sides then differ)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: both trainers on the GPU, peak = max allocated GPU memory")
     parser.add_argument("--threads", type=int, default=BenchSettings.threads, help="torch CPU threads per worker")
@@ -464,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     for model in args.models.split(","):
         settings = BenchSettings(model=model, max_new_tokens=args.max_new_tokens, beta=args.beta, device=args.device,
-                                 threads=args.threads, verifier=args.verifier)
+                                 threads=args.threads, verifier=args.verifier, sampler_dtype=args.sampler_dtype)
         results[model] = run_model(settings, args.steps, args.warmup, args.overhead_steps)
         print(report(model, results[model]), flush=True)
     if args.out:

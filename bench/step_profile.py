@@ -7,6 +7,7 @@ matrix products' share and rate (FLOPs counted by the profiler).
 
     python bench/step_profile.py                      # SmolLM2-135M, 2 threads
     python bench/step_profile.py --dtype bfloat16     # the base weights in bfloat16 (the adapter stays float32)
+    python bench/step_profile.py --sampler-dtype bfloat16   # float32 policy, bfloat16 sampler copy
     python bench/step_profile.py --model tiny --warmup 0 --rows 5 --tokens 4    # smoke run
 
 Profiling slows the step by a tenth or so; read the shares, not the absolute times.
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=64, help="forced new tokens per response")
     parser.add_argument("--rows", type=int, default=15, help="operators to print")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="model.dtype of the base")
+    parser.add_argument("--sampler-dtype", default="policy", choices=["policy", "bfloat16"],
+                        help="rollout.sampler_dtype (bfloat16: a bfloat16 sampler copy, its log-probs as pi_old)")
     args = parser.parse_args(argv)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch
@@ -59,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     from fspo_lite.update.trainer import Trainer
 
     torch.set_num_threads(args.threads)
-    settings = BenchSettings(model=args.model, max_new_tokens=args.tokens, threads=args.threads)
+    settings = BenchSettings(model=args.model, max_new_tokens=args.tokens, threads=args.threads,
+                             sampler_dtype=args.sampler_dtype)
     with tempfile.TemporaryDirectory() as output_dir:
         config = fspo_config(settings, output_dir, {"model.dtype": args.dtype})
         examples, _ = step_examples(config, 1)
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(row["self_s"] for row in rows)
     print(f"step {metrics['step_time']:.2f} s (generation {metrics['generation_time']:.2f} s, "
           f"update {metrics['update_time']:.2f} s), profiled self time {total:.2f} s, {args.threads} threads, "
-          f"{args.dtype}")
+          f"{args.dtype}, sampler {args.sampler_dtype}")
     print(f"{'operator':<58} {'self s':>8} {'share':>6} {'calls':>7}")
     for row in rows[:args.rows]:
         print(f"{row['name'][:58]:<58} {row['self_s']:8.3f} {row['self_s'] / total:6.1%} {row['calls']:7d}")

@@ -91,3 +91,12 @@ def test_trl_subclass_replaces_advantages_with_token_advantages(monkeypatch):
     trainer.advantage_fn = lambda inputs, output: torch.zeros(2)
     with pytest.raises(ValueError, match="shape"):
         trainer._generate_and_score_completions([{"prompt": "q"}])
+
+
+def test_the_sampler_dtype_option_reaches_fspo_lites_config_only(tmp_path):
+    """--sampler-dtype bfloat16 sets fspo-lite's rollout.sampler_dtype with its log-probs as pi_old (a valid config);
+    the default leaves both at the policy's own weights."""
+    plain = grpo_step.fspo_config(grpo_step.BenchSettings(), str(tmp_path))
+    assert plain.rollout.sampler_dtype == "policy" and not plain.rollout.use_sampler_logprobs
+    lower = grpo_step.fspo_config(grpo_step.BenchSettings(sampler_dtype="bfloat16"), str(tmp_path))
+    assert lower.rollout.sampler_dtype == "bfloat16" and lower.rollout.use_sampler_logprobs

@@ -888,6 +888,9 @@ def validate_config(config: Config) -> None:
                              (not config.model.load_in_4bit, "policy with model.load_in_4bit (a 4-bit base has no "
                               "bfloat16 copy)")):
             _check(holds, "rollout.sampler_dtype", rollout.sampler_dtype, valid)
+    _check(not rollout.use_sampler_logprobs or config.train.ppo_epochs == 1, "rollout.use_sampler_logprobs",
+           rollout.use_sampler_logprobs, "false unless train.ppo_epochs=1 (with mu > 1 the trainer computes pi_old "
+           "itself, for every engine)")
     detail = config.detail
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")

@@ -85,6 +85,15 @@ def test_sampler_dtype_rules_fail_in_one_line(overrides, message):
     assert message in str(error.value)
 
 
+def test_sampler_logprobs_with_several_epochs_fail_for_every_engine():
+    """mu > 1 takes pi_old from the trainer's own pass, so the sampler's log-probs would be ignored: refused at load
+    (vLLM engines refused it before; the transformers engine's log-probs are new)."""
+    for engine in ("transformers", "vllm"):
+        with pytest.raises(ConfigError, match="rollout.use_sampler_logprobs.*ppo_epochs=1"):
+            load_config("configs/tiny.yaml", [f"rollout.engine={engine}", "rollout.use_sampler_logprobs=true",
+                                              "train.ppo_epochs=2"])
+
+
 def test_sampler_logprobs_need_the_decoding_loop(policy):
     model, tokenizer = policy
     with pytest.raises(ValueError, match="drop_ended_rows=true"):

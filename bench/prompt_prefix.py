@@ -2,7 +2,8 @@
 alternated on the same batch.
 
     python bench/prompt_prefix.py [--questions 16] [--samples 4] [--tokens 64] [--repeats 2]
-                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache] [--temperature 0]
+                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache|fast_steps]
+                                  [--temperature 0]
                                   [--min-new-tokens 0] [--threads N]
 
 The held-out knowledge-base prompts of the harness (system prompt, two demonstrations, the question: about 170
@@ -12,7 +13,9 @@ sampled at `--temperature` from the same seed (both settings keep the random dra
 answers must match there too). Prints wall and process CPU seconds of each setting (median over the repeats)
 and their ratio. `--setting drop_ended_rows` times `fspo_lite.rollout.decoding.decode` against `model.generate`; it
 matters for sampled batches, which run until their longest answer ends. `--setting preallocate_cache` times
-`decode` with its KV cache written in place against the concatenating cache.
+`decode` with its KV cache written in place against the concatenating cache. `--setting fast_steps` times `decode`'s
+steps through `fspo_lite.rollout.llama_step` against the model's own forward pass (the same logits, so the same
+answers, checked).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows",
-                                                                                "preallocate_cache"])
+                                                                                "preallocate_cache", "fast_steps"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled from seed 0")
     parser.add_argument("--min-new-tokens", type=int, default=0,
                         help="force at least this many tokens per answer (bench/grpo_step.py forces the full length)")
@@ -70,10 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f}")
     for repeat in range(args.repeats):
         for share in (False, True) if repeat % 2 == 0 else (True, False):
-            in_section = args.setting != "preallocate_cache"  # the other two are rollout-section switches
+            # share_prompt_prefix and drop_ended_rows are rollout-section switches, the other two engine arguments
+            in_section = args.setting in ("share_prompt_prefix", "drop_ended_rows")
             rollout = RolloutConfig(max_new_tokens=args.tokens, generation_batch_size=batch,
                                     temperature=args.temperature or 1.0, **({args.setting: share} if in_section else {}))
-            engine = TransformersRollout(model, tokenizer, rollout, preallocate_cache=in_section or share,
+            engine = TransformersRollout(model, tokenizer, rollout,
+                                         preallocate_cache=args.setting != "preallocate_cache" or share,
+                                         fast_steps=args.setting != "fast_steps" or share,
                                          generate_kwargs={"min_new_tokens": args.min_new_tokens} if args.min_new_tokens
                                          else None)
             torch.manual_seed(0)

@@ -97,6 +97,12 @@ def test_prompt_prefix_runs_and_both_settings_agree():
     assert "same answers: True" in stdout
 
 
+def test_prompt_prefix_times_the_plain_torch_decoding_steps_with_the_same_answers():
+    stdout = run("bench/prompt_prefix.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens", "4",
+                 "--repeats", "1", "--setting", "fast_steps", "--temperature", "0.7", "--min-new-tokens", "2")
+    assert "fast_steps, 2 prompts" in stdout and "same answers: True" in stdout
+
+
 def test_truthfulqa_mc_runs():
     stdout = run("bench/truthfulqa_mc.py", "--model", "tiny", "--items", "2", "--batch-size", "4", "--check", "3")
     assert "largest difference from the direct computation over 3 pairs" in stdout

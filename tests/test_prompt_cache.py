@@ -281,3 +281,44 @@ def test_logprobs_and_gradients_with_a_shared_prompt_start_match_the_full_pass(t
     assert shared_shapes[0][0] == 1 and shared_shapes[0][1] >= 16  # the common start, once
     assert shared_shapes[1][0] == len(LONG_PROMPTS)  # each distinct prompt's rest
     assert shared_shapes[2][0] == len(LONG_PROMPTS) * samples  # last prompt token + completion, every row
+
+
+def test_select_cache_rows_selects_like_transformers_and_sums_the_gradients_in_the_same_way():
+    from transformers import DynamicCache
+
+    from fspo_lite.models.prompt_cache import select_cache_rows
+
+    torch.manual_seed(0)
+    keys = torch.randn(2, 3, 5, 4, requires_grad=True)
+    values = torch.randn(2, 3, 5, 4, requires_grad=True)
+    rows = torch.tensor([1, 0, 1, 1, 0])
+    upstream = torch.randn(5, 3, 5, 4)
+    grads = []
+    for select in (select_cache_rows, lambda cache, index: cache.batch_select_indices(index)):
+        cache = DynamicCache()
+        cache.update(keys * 1.0, values * 1.0, 0)
+        select(cache, rows)
+        assert torch.equal(cache.layers[0].keys, keys[rows]) and torch.equal(cache.layers[0].values, values[rows])
+        grads.append(torch.autograd.grad((cache.layers[0].keys * upstream).sum() + cache.layers[0].values.sum(),
+                                         [keys, values]))
+    assert all(torch.equal(mine, theirs) for mine, theirs in zip(*grads))
+    # hand-computed: key row 0 is used by rows 1 and 4, so its gradient is the sum of theirs
+    assert torch.equal(grads[0][0][0], upstream[1] + upstream[4])
+
+
+def test_select_cache_rows_leaves_other_layer_kinds_to_their_own_method():
+    from fspo_lite.models.prompt_cache import select_cache_rows
+
+    class Layer:
+        pass
+
+    class Cache:
+        layers = [Layer()]
+        selected = None
+
+        def batch_select_indices(self, indices):
+            self.selected = indices
+
+    cache = Cache()
+    select_cache_rows(cache, torch.tensor([0, 0]))
+    assert torch.equal(cache.selected, torch.tensor([0, 0]))

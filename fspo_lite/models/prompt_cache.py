@@ -44,6 +44,24 @@ def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tup
     return first.sort().values, rank[inverse]
 
 
+def select_cache_rows(cache, rows: torch.Tensor) -> None:
+    """Keep (or repeat) the cache rows `rows`, in that order, as `cache.batch_select_indices` does, with
+    `index_select` on the plain keys/values layers: its backward adds the rows' gradients with `index_add`, where
+    the advanced indexing of transformers' layers scatters them with an accumulating `index_put` that ran about
+    10x slower on 2 CPU cores (1.2 ms against 0.12 ms for 8 rows of a 172-token SmolLM2 layer); the same sums, in
+    the same order. Other layer kinds (sliding windows' extra state, linear attention) go through their own
+    method."""
+    from transformers.cache_utils import DynamicLayer
+
+    for layer in getattr(cache, "layers", None) or []:
+        if type(layer) is not DynamicLayer:
+            cache.batch_select_indices(rows)
+            return
+    for layer in cache.layers:
+        if layer.get_seq_length() > 0:
+            layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
+
+
 def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids that follow the mask (left padding does not shift the real tokens)."""
     return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
@@ -62,7 +80,7 @@ def shared_prompt_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tenso
     cache = output.past_key_values
     if cache is None:
         raise RuntimeError("the model returned no KV cache (gradient checkpointing on?); use the full pass")
-    cache.batch_select_indices(owner)
+    select_cache_rows(cache, owner)
     return cache, output.logits[owner]
 
 
@@ -97,7 +115,7 @@ def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Te
     starts = width - lengths
     head = model(input_ids=ids[:1, starts[0] : starts[0] + prefix], use_cache=True,
                  position_ids=torch.arange(prefix, device=device)[None, :], logits_to_keep=1).past_key_values
-    head.batch_select_indices(torch.zeros(rows, dtype=torch.long, device=device))
+    select_cache_rows(head, torch.zeros(rows, dtype=torch.long, device=device))
     rest = int((lengths - prefix).max())
     if rest > 0:  # each row's own tokens, right-padded after the shared prefix
         offsets = torch.arange(rest, device=device)[None, :]
@@ -117,7 +135,7 @@ def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Te
         index = source[:, None, :, None].expand(-1, keys.shape[1], -1, keys.shape[3])
         layer.keys, layer.values = keys.gather(2, index), values.gather(2, index)
     if owner is not None:
-        head.batch_select_indices(owner)
+        select_cache_rows(head, owner)
     return head
 
 

@@ -20,6 +20,7 @@ import functools
 import torch
 
 from fspo_lite.models.prompt_cache import prompt_positions
+from fspo_lite.rollout.llama_step import llama_step
 from fspo_lite.rollout.sampling import Sampling
 
 LOGITS_SETTINGS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
@@ -124,7 +125,7 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
 @torch.no_grad()
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: Sampling, pad_id: int,
            past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
-           logprobs: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+           logprobs: bool = False, fast_steps: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p (or greedy,
     sampling.do_sample=False), pad after each row's first of sampling.eos_ids; steps = sampling.max_new_tokens or
     fewer when every row has ended, no EOS before sampling.min_new_tokens tokens (their logits set to -inf first, as
@@ -134,7 +135,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the
     rows still computed (0: at every step a row ends; 1: never, i.e. `generate`'s work). preallocate_cache: after
     the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
-    values in place instead of copying the whole cache (the same numbers either way). logprobs=True returns
+    values in place instead of copying the whole cache (the same numbers either way). fast_steps: with a
+    preallocated cache, the steps after the first run through `fspo_lite.rollout.llama_step` where the model allows
+    it (the same logits, without transformers' Python). logprobs=True returns
     (tokens, log-probs): each drawn token's log-probability under the processed scores it was drawn from (after
     temperature and top-p, as vLLM's processed log-probs), 0 after a row's end."""
     max_new_tokens, do_sample, temperature = sampling.max_new_tokens, sampling.do_sample, sampling.temperature
@@ -151,13 +154,19 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
     ended = torch.zeros(rows, dtype=torch.bool, device=device)
     tokens, drawn_logprobs = [], []
     cache = past_key_values
+    fast = None  # LlamaStep once every cache layer is preallocated: the same logits without transformers' modules
     for step in range(max_new_tokens):
-        output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                       use_cache=True, logits_to_keep=1)
-        cache = output.past_key_values
-        if step == 0 and preallocate_cache and max_new_tokens > 1:
-            preallocate(cache, max_new_tokens - 1)
-        logits = output.logits[:, -1].float()
+        if fast is not None:
+            logits = fast.logits(step_ids, mask, positions, cache)[:, -1].float()
+        else:
+            output = model(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                           use_cache=True, logits_to_keep=1)
+            cache = output.past_key_values
+            if step == 0 and preallocate_cache and max_new_tokens > 1:
+                layers = getattr(cache, "layers", None)
+                if preallocate(cache, max_new_tokens - 1) == len(layers or []) > 0 and fast_steps:
+                    fast = llama_step(model)
+            logits = output.logits[:, -1].float()
         if live.numel() < rows:  # rows out of the pass get a uniform row, so the draws keep their places
             full = torch.zeros(rows, logits.shape[-1], dtype=logits.dtype, device=device)
             full[live] = logits

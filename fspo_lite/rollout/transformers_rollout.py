@@ -78,7 +78,8 @@ class TransformersRollout(Engine):
     max_new_tokens, generation_batch_size and the transformers-engine switches)."""
 
     def __init__(self, model, tokenizer, rollout: RolloutConfig, max_prompt_tokens: int = 512, progress: bool = False,
-                 generate_kwargs: dict | None = None, plain_model: bool = True, preallocate_cache: bool = True):
+                 generate_kwargs: dict | None = None, plain_model: bool = True, preallocate_cache: bool = True,
+                 fast_steps: bool = True):
         """plain_model=False (FSDP-sharded weights, Unsloth) turns the shared prefill, the LoRA merge and the
         row-dropping decoder off: `model.generate` then runs as is."""
         if not plain_model:
@@ -91,6 +92,9 @@ class TransformersRollout(Engine):
         self.preallocate_cache = preallocate_cache
         """With rollout.drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same
         tokens)."""
+        self.fast_steps = fast_steps
+        """With the preallocated cache: `decode` runs its steps after the first through
+        `fspo_lite.rollout.llama_step` where the model allows it (the same logits, without transformers' Python)."""
         self.with_logprobs = rollout.use_sampler_logprobs
         """Return each drawn token's log-prob (Rollout.sampling_logprobs): only `decode` gives them."""
         if self.with_logprobs and not (rollout.drop_ended_rows and plain_model):
@@ -142,7 +146,8 @@ class TransformersRollout(Engine):
                         getattr(model, "generation_config", None)):
                     drawn = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
                                    self._prefilled(model, encoded).get("past_key_values"),
-                                   preallocate_cache=self.preallocate_cache, logprobs=self.with_logprobs)
+                                   preallocate_cache=self.preallocate_cache, logprobs=self.with_logprobs,
+                                   fast_steps=self.fast_steps)
                     new_tokens, new_logprobs = drawn if self.with_logprobs else (drawn, None)
                 elif self.with_logprobs:
                     raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from "

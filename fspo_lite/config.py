@@ -347,7 +347,9 @@ class TrainConfig:
     share_prompt_pass: bool = True
     """In the log-prob passes, run each distinct prompt once and let its G responses attend to the copied
     keys/values (gradients flow through the copies: same update up to float rounding, less compute and
-    activation memory). Used only with one process, without gradient checkpointing and not with the Unsloth backend."""
+    activation memory); the start all of the step's prompts share (system prompt, demonstrations) runs once per
+    update for every micro-batch, forward and backward. Used only with one process, without gradient
+    checkpointing and not with the Unsloth backend."""
     group_by_length: bool = True
     """Micro-batches take the step's responses longest first, and each runs only up to its own longest response:
     the padding columns after it stay out of every log-prob pass. Same log-probs and update up to float rounding

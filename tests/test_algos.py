@@ -148,6 +148,55 @@ def test_entropy_from_logits():
     assert algos.entropy_from_logits(two_way)[0, 0].item() == pytest.approx(expected, abs=1e-6)
 
 
+def test_token_logprobs_by_hand():
+    # logits (1, 2, 3) at temperature 2: tempered (0.5, 1, 1.5); token 2
+    logits = torch.tensor([[[1.0, 2.0, 3.0]]], dtype=torch.float64, requires_grad=True)
+    logp, entropy = algos.token_logprobs(logits, torch.tensor([[2]]), temperature=2.0, with_entropy=True)
+    norm = math.log(math.exp(0.5) + math.exp(1.0) + math.exp(1.5))
+    p = [math.exp(z - norm) for z in (0.5, 1.0, 1.5)]
+    assert logp.item() == pytest.approx(1.5 - norm, abs=1e-12)
+    assert entropy.item() == pytest.approx(-sum(q * math.log(q) for q in p), abs=1e-12)
+    assert not entropy.requires_grad
+    logp.sum().backward()
+    # d logp_2 / d logits = (onehot(2) - p) / T
+    assert logits.grad[0, 0].tolist() == pytest.approx([-p[0] / 2, -p[1] / 2, (1 - p[2]) / 2], abs=1e-12)
+
+
+@pytest.mark.parametrize("temperature,chunk_size", [(1.0, 4), (0.7, 2), (1.3, 1)])
+def test_token_logprobs_equals_autograd_through_the_division_gather_and_logsumexp(temperature, chunk_size):
+    torch.manual_seed(0)
+    logits = torch.randn(5, 7, 11) * 3
+    tokens = torch.randint(0, 11, (5, 7))
+    upstream = torch.randn(5, 7)
+    mine = logits.clone().requires_grad_()
+    logp, entropy = algos.token_logprobs(mine, tokens, temperature, with_entropy=True, chunk_size=chunk_size)
+    (logp * upstream).sum().backward()
+    theirs = logits.clone().requires_grad_()
+    tempered = theirs / temperature if temperature != 1.0 else theirs
+    expected = algos.selective_log_softmax(tempered, tokens, chunk_size=chunk_size)
+    (expected * upstream).sum().backward()
+    assert torch.equal(logp, expected)  # the same operations on the same numbers
+    assert torch.allclose(mine.grad, theirs.grad, atol=1e-6)
+    assert torch.allclose(entropy, algos.entropy_from_logits(tempered.detach()), atol=1e-5)
+    assert torch.equal(mine, theirs)  # the caller's logits are left as they were
+
+
+def test_token_logprobs_gradcheck():
+    torch.manual_seed(1)
+    logits = torch.randn(3, 2, 5, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 5, (3, 2))
+    assert torch.autograd.gradcheck(lambda x: algos.token_logprobs(x, tokens, 0.8, chunk_size=2)[0], (logits,))
+    assert algos.token_logprobs(logits, tokens, 0.8)[1] is None  # no entropy asked for
+
+
+def test_token_logprobs_without_a_gradient_keeps_nothing():
+    logits = torch.randn(2, 3, 6)
+    with torch.no_grad():
+        logp, entropy = algos.token_logprobs(logits, torch.zeros(2, 3, dtype=torch.long), 0.5, with_entropy=True)
+    assert torch.allclose(logp, torch.log_softmax(logits / 0.5, -1)[..., 0], atol=1e-6)
+    assert torch.allclose(entropy, algos.entropy_from_logits(logits / 0.5), atol=1e-5)
+
+
 @pytest.mark.parametrize("chunk_size", [1, 3])
 def test_entropy_from_logits_matches_the_definition(chunk_size):
     torch.manual_seed(0)

@@ -322,3 +322,52 @@ def test_select_cache_rows_leaves_other_layer_kinds_to_their_own_method():
     cache = Cache()
     select_cache_rows(cache, torch.tensor([0, 0]))
     assert torch.equal(cache.selected, torch.tensor([0, 0]))
+
+
+def test_the_shared_start_runs_once_per_update_with_the_gradients_of_one_pass_per_micro_batch(tmp_path):
+    from fspo_lite.models.prompt_cache import prefix_pass
+
+    trainer = _trainer(tmp_path, "train.micro_batch_size=2")
+    torch.manual_seed(0)
+    rollout = trainer.rollout([trainer.examples[i] for i in trainer.sampler.next(2)])
+    model = trainer.train_model.train()
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.1)  # B = 0 would leave every A without gradient
+    embed = model.get_input_embeddings()
+    results = []
+    for shared in (False, True):
+        widths = []
+        hook = embed.register_forward_hook(lambda module, args, output: widths.append(args[0].shape[1]))
+        for parameter in parameters:
+            parameter.grad = None
+        start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if shared else None
+        batches = trainer._micro_batches(rollout)
+        for rows, width in batches:
+            logp, _ = trainer._logprobs(model, rollout, rows, width, shared_start=start)
+            (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
+        if start is not None:
+            start.backward()
+            assert start.keys_values == []  # released
+        hook.remove()
+        results.append(([p.grad.clone() for p in parameters], widths))
+    (full_grads, full_widths), (grads, widths) = results
+    length = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask).length
+    assert len(batches) == 4 and length >= 16
+    # the common start (or a micro-batch's longer one) went through the model once per micro-batch, now once
+    assert sum(w >= length for w in full_widths) == 4 and sum(w >= length for w in widths) == 1
+    for full_grad, grad in zip(full_grads, grads):
+        assert full_grad.abs().sum() > 0
+        assert (grad - full_grad).norm() <= 1e-4 * full_grad.norm() + 1e-9
+
+
+def test_no_prefix_pass_for_a_short_common_start(tiny_policy):
+    from fspo_lite.models.prompt_cache import MIN_SHARED_PREFIX, prefix_pass
+
+    model, _ = tiny_policy
+    ids = torch.tensor([[5] * (MIN_SHARED_PREFIX - 1) + [7, 8], [5] * (MIN_SHARED_PREFIX - 1) + [9, 8]])
+    assert prefix_pass(model, ids, torch.ones_like(ids)) is None
+    ids = torch.tensor([[5] * MIN_SHARED_PREFIX + [7, 8], [5] * MIN_SHARED_PREFIX + [9, 8]])
+    assert prefix_pass(model, ids, torch.ones_like(ids)).length == MIN_SHARED_PREFIX

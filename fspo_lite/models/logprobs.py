@@ -6,8 +6,8 @@ import contextlib
 
 import torch
 
-from fspo_lite.algos import entropy_from_logits, selective_log_softmax
-from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
+from fspo_lite.algos import entropy_from_logits, selective_log_softmax, token_logprobs
+from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, PrefixPass, common_prefix_length, distinct_prompts,
                                            prompt_positions, shared_prefix_prefill, shared_prompt_pass)
 
 
@@ -21,6 +21,7 @@ def completion_logprobs(
     with_entropy: bool = False,
     share_prompts: bool = False,
     entropy_grad: bool = False,
+    shared_start: PrefixPass | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(o_t | q, o_<t) for every completion token, shape (B, C), and optionally the entropy.
 
@@ -36,6 +37,8 @@ def completion_logprobs(
     Same values and gradients up to float rounding; the model must keep its KV cache (no gradient
     checkpointing).
     entropy_grad: the entropy keeps its graph (for an entropy bonus in the loss); else it is detached.
+    shared_start: with share_prompts, the common start's pass made once for every micro-batch of the rollout
+    (`prompt_cache.prefix_pass`); these rows' common start may be longer, and then only its length is shared.
     """
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
     position_ids = prompt_positions(attention_mask)
@@ -43,12 +46,16 @@ def completion_logprobs(
     prefix = common_prefix_length(prompt_ids[:, :-1], prompt_mask[:, :-1]) if share_prompts else 0
     # the whole prompts' groups are needed only where the common start is too short to share
     groups = distinct_prompts(prompt_ids, prompt_mask) if share_prompts and prefix < MIN_SHARED_PREFIX else None
+    if shared_start is not None and prefix >= shared_start.length:
+        prefix = shared_start.length
+    else:
+        shared_start = None
     if prefix >= MIN_SHARED_PREFIX:
         # all prompt tokens but the last in two passes (the common start once, then each distinct rest); then
         # the last prompt token and the completion in one pass on that cache
         prompt_width = prompt_ids.shape[1]
         cache = shared_prefix_prefill(model, prompt_ids[:, :-1], prompt_mask[:, :-1],
-                                      distinct_prompts(prompt_ids[:, :-1], prompt_mask[:, :-1]), prefix)
+                                      distinct_prompts(prompt_ids[:, :-1], prompt_mask[:, :-1]), prefix, shared_start)
         logits = model(
             input_ids=torch.cat([prompt_ids[:, -1:], completion_ids[:, :-1]], dim=1),
             attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, prompt_width - 1 : -1],
@@ -75,14 +82,14 @@ def completion_logprobs(
             pieces.append((rest, completion_ids[:, 1:]))
     logps, entropies = [], []
     for logits, tokens in pieces:
-        if temperature != 1.0:
-            logits = logits / temperature
-        logps.append(selective_log_softmax(logits, tokens))
-        if with_entropy and entropy_grad:
-            entropies.append(entropy_from_logits(logits))
-        elif with_entropy:
-            with torch.no_grad():
-                entropies.append(entropy_from_logits(logits.detach()))
+        if entropy_grad:  # an entropy bonus: autograd through the tempered logits, the entropy keeps its graph
+            tempered = logits / temperature if temperature != 1.0 else logits
+            logps.append(selective_log_softmax(tempered, tokens))
+            entropies.append(entropy_from_logits(tempered))
+        else:  # one pass over the vocabulary; the backward from the probabilities it kept
+            logp, entropy = token_logprobs(logits, tokens, temperature, with_entropy)
+            logps.append(logp)
+            entropies.append(entropy)
     logp = torch.cat(logps, dim=1)
     return logp, torch.cat(entropies, dim=1) if with_entropy else None
 

@@ -98,24 +98,82 @@ def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) ->
     return int(differs.float().argmax()) if bool(differs.any()) else shortest
 
 
+class PrefixPass:
+    """The keys/values of the prompt start every row of a rollout shares, computed once for all its micro-batches
+    (`prefix_pass` builds it).
+
+    `keys_values` are detached leaves that each micro-batch's pass builds on; their gradients add up over the
+    micro-batches, and `backward` then sends the sum through the one prefix pass, which thus runs forward and
+    backward once per update instead of once per micro-batch. The gradient is the same sum, added in another
+    order (float rounding)."""
+
+    def __init__(self, length: int, computed: list[tuple[torch.Tensor, torch.Tensor]]):
+        self.length = length
+        self.computed = computed
+        self.keys_values = [(keys.detach().requires_grad_(keys.requires_grad),
+                             values.detach().requires_grad_(values.requires_grad)) for keys, values in computed]
+
+    def cache(self, rows: int):
+        """A transformers DynamicCache holding the prefix for `rows` rows (selected from the leaves)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for index, (keys, values) in enumerate(self.keys_values):
+            cache.update(keys, values, index)
+        select_cache_rows(cache, torch.zeros(rows, dtype=torch.long, device=self.keys_values[0][0].device))
+        return cache
+
+    def backward(self) -> None:
+        """Send the gradients the micro-batches left on the leaves through the prefix pass (once)."""
+        pairs = [(computed, leaf.grad) for computed_pair, leaf_pair in zip(self.computed, self.keys_values)
+                 for computed, leaf in zip(computed_pair, leaf_pair) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([computed for computed, _ in pairs], [grad for _, grad in pairs])
+        self.computed, self.keys_values = [], []
+
+
+def prefix_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> PrefixPass | None:
+    """One pass over the start all rows share (all prompt tokens but the last, as `completion_logprobs` splits
+    them), or None when it is shorter than MIN_SHARED_PREFIX or the model's cache is not made of plain layers."""
+    from transformers.cache_utils import DynamicLayer
+
+    length = common_prefix_length(prompt_ids[:, :-1], prompt_mask[:, :-1])
+    if length < MIN_SHARED_PREFIX:
+        return None
+    start = prompt_ids.shape[1] - int(prompt_mask[0].sum())
+    cache = model(input_ids=prompt_ids[:1, start : start + length], use_cache=True, logits_to_keep=1,
+                  position_ids=torch.arange(length, device=prompt_ids.device)[None, :]).past_key_values
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return PrefixPass(length, [(layer.keys, layer.values) for layer in layers])
+
+
 def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                          groups: tuple[torch.Tensor, torch.Tensor] | None, prefix: int):
+                          groups: tuple[torch.Tensor, torch.Tensor] | None, prefix: int,
+                          prefix_pass: PrefixPass | None = None):
     """The KV cache of left-padded prompts (one row per input row, no gradient) computed in two passes: the
     `prefix` tokens every row starts with, once, then each distinct prompt's rest on top of it. Equal to the
     cache of one full pass up to float rounding: keys carry their position through the rotary embedding (positions
     follow the mask, as in `prompt_positions`), not their column, so the prefix's keys are moved, not recomputed.
 
     `groups`: `distinct_prompts` of the rows (None: every row is distinct). The rows must be left-padded, with
-    their real tokens contiguous at the right, as the tokenizer writes them."""
+    their real tokens contiguous at the right, as the tokenizer writes them. `prefix_pass`: the first `prefix` tokens'
+    keys/values computed already (`PrefixPass`, whose length must be `prefix`)."""
     first, owner = groups if groups is not None else (torch.arange(prompt_ids.shape[0]), None)
     ids, mask = prompt_ids[first], prompt_mask[first]
     rows, width = ids.shape
     device = ids.device
     lengths = mask.sum(dim=1)
     starts = width - lengths
-    head = model(input_ids=ids[:1, starts[0] : starts[0] + prefix], use_cache=True,
-                 position_ids=torch.arange(prefix, device=device)[None, :], logits_to_keep=1).past_key_values
-    select_cache_rows(head, torch.zeros(rows, dtype=torch.long, device=device))
+    if prefix_pass is not None:
+        if prefix_pass.length != prefix:
+            raise ValueError(f"the prefix pass holds {prefix_pass.length} tokens, the rows share {prefix}")
+        head = prefix_pass.cache(rows)
+    else:
+        head = model(input_ids=ids[:1, starts[0] : starts[0] + prefix], use_cache=True,
+                     position_ids=torch.arange(prefix, device=device)[None, :], logits_to_keep=1).past_key_values
+        select_cache_rows(head, torch.zeros(rows, dtype=torch.long, device=device))
     rest = int((lengths - prefix).max())
     if rest > 0:  # each row's own tokens, right-padded after the shared prefix
         offsets = torch.arange(rest, device=device)[None, :]

@@ -10,6 +10,7 @@ scoring/rewards.py, scoring/verdicts.py and algos.py (tests/test_architecture.py
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 import time
@@ -26,7 +27,7 @@ from fspo_lite.data.training_set import ExampleSampler, load_training_examples
 from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, truncate_jsonl
 from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
 from fspo_lite.models.policy import load_policy, trainable_parameter_count
-from fspo_lite.models.prompt_cache import shares_prompt_pass
+from fspo_lite.models.prompt_cache import prefix_pass, shares_prompt_pass
 from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
 from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
@@ -250,27 +251,26 @@ class Trainer:
         append_jsonl(self.output_dir / "samples.jsonl", record)
 
     def _logprobs(self, model, rollout: Rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
-                  entropy_grad: bool = False):
+                  entropy_grad: bool = False, shared_start=None):
         """Log-probs (and entropies) of the completions of `rows`, cut to their first `width` tokens."""
         return completion_logprobs(
             model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows, :width],
             rollout.completion_mask[rows, :width], self.config.rollout.temperature, with_entropy, self.share_prompts,
-            entropy_grad,
+            entropy_grad, shared_start,
         )
 
     @torch.no_grad()
     def _frozen_logprobs(self, rollout: Rollout, reference: bool) -> torch.Tensor:
         """(N, C) log-probs of the whole rollout in its own row order, 0 on the columns a micro-batch left out."""
         result = torch.zeros(rollout.completion_ids.shape, device=rollout.completion_ids.device)
-        for rows, width in self._micro_batches(rollout):
-            if reference and self.reference is not None:
-                logp = self._logprobs(self.reference, rollout, rows, width)[0]
-            elif reference:
-                with reference_context(self.model):
-                    logp = self._logprobs(self.model, rollout, rows, width)[0]
-            else:
-                logp = self._logprobs(self.model, rollout, rows, width)[0]
-            result[rows, :width] = logp.to(result.dtype)
+        separate = reference and self.reference is not None
+        model = self.reference if separate else self.model
+        with reference_context(self.model) if reference and not separate else contextlib.nullcontext():
+            # the shared prompt start as the policy's pass computes it, so that equal weights give equal log-probs
+            shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
+            for rows, width in self._micro_batches(rollout):
+                logp = self._logprobs(model, rollout, rows, width, shared_start=shared_start)[0]
+                result[rows, :width] = logp.to(result.dtype)
         return result
 
     def _micro_batches(self, rollout: Rollout) -> list[tuple[torch.Tensor, int]]:
@@ -299,12 +299,14 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             epoch_loss = 0.0
             micro_batches = self._micro_batches(rollout)
+            # the prompt start every response shares: one pass for all micro-batches, its gradient sent back once
+            shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
             for index, (rows, width) in enumerate(micro_batches):
                 # [distributed] gradients are all-reduced once, in the last micro-batch's backward
                 with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
                     bonus = train.entropy_coef > 0
                     logp, entropy = self._logprobs(model, rollout, rows, width, with_entropy=epoch == 0 or bonus,
-                                                   entropy_grad=bonus)
+                                                   entropy_grad=bonus, shared_start=shared_start)
                     cut = (rows, slice(0, width))  # the micro-batch's rows, without its padding-only columns
                     old = logp.detach() if old_logp is None else old_logp[cut]
                     token_loss, clipped = algos.clipped_surrogate(
@@ -327,6 +329,8 @@ class Trainer:
                 if epoch == 0:
                     sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
                     sums["entropy"] += (entropy * mask[cut]).sum().item()
+            if shared_start is not None:
+                shared_start.backward()
             grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
             if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
                 skipped = True

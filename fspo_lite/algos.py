@@ -180,7 +180,7 @@ class _TokenLogProbs(torch.autograd.Function):
             if ctx.needs_input_grad[0]:
                 probabilities.append(chunk_p)
         ctx.save_for_backward(torch.cat(probabilities) if probabilities else None, tokens)
-        ctx.temperature, ctx.logits_dtype = temperature, logits.dtype
+        ctx.temperature, ctx.logits_dtype, ctx.spent = temperature, logits.dtype, False
         logp = torch.cat(logps)
         entropy = torch.cat(entropies) if with_entropy else logp.new_empty(0)
         ctx.mark_non_differentiable(entropy)
@@ -188,8 +188,12 @@ class _TokenLogProbs(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_logp, grad_entropy):
+        if ctx.spent:
+            raise RuntimeError("token_logprobs: the backward pass turns the kept probabilities into the gradient in "
+                               "place, so it runs once (no retain_graph)")
+        ctx.spent = True
         probabilities, tokens = ctx.saved_tensors
-        grad = probabilities * -grad_logp.unsqueeze(-1)
+        grad = probabilities.mul_(-grad_logp.unsqueeze(-1))  # in place: one (B, T, V) tensor fewer at the peak
         grad.scatter_add_(-1, tokens.unsqueeze(-1), grad_logp.unsqueeze(-1))
         if ctx.temperature != 1.0:
             grad = grad.div_(ctx.temperature)

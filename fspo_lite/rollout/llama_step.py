@@ -5,8 +5,9 @@ mask building, attention dispatch, cache bookkeeping) as in the operators that a
 runs the same operators in the same order on the same tensors (RMSNorm in float32, rotary embedding from the
 model's own rotary module, scaled-dot-product attention called as transformers' "sdpa" path calls it for one
 query token, SiLU MLP, final norm, output layer on the last position), so the logits are the same numbers, and it
-skips the rest. On the 2-core Xeon of 2026-11-26 the 64 decoding steps of the benchmark's rollout took 0.89x the
-time (bench/decode_step.py; docs/performance.md).
+skips the rest. On a 2-core Xeon (2026-11-26) the benchmark's rollout (16 rows x 64 tokens of SmolLM2-135M) took
+0.92x the wall time with the same answers (`python bench/prompt_prefix.py --setting fast_steps ...`,
+docs/performance.md).
 
 `llama_step(model)` returns None (`decode` then calls the model itself) unless every condition it needs holds:
 a Llama, Mistral or Qwen2 causal LM with the "sdpa" attention, SiLU MLP, no sliding window, plain `nn.Linear`

@@ -151,25 +151,25 @@ def prefix_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> P
 
 def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                           groups: tuple[torch.Tensor, torch.Tensor] | None, prefix: int,
-                          prefix_pass: PrefixPass | None = None):
+                          shared_start: PrefixPass | None = None):
     """The KV cache of left-padded prompts (one row per input row, no gradient) computed in two passes: the
     `prefix` tokens every row starts with, once, then each distinct prompt's rest on top of it. Equal to the
     cache of one full pass up to float rounding: keys carry their position through the rotary embedding (positions
     follow the mask, as in `prompt_positions`), not their column, so the prefix's keys are moved, not recomputed.
 
     `groups`: `distinct_prompts` of the rows (None: every row is distinct). The rows must be left-padded, with
-    their real tokens contiguous at the right, as the tokenizer writes them. `prefix_pass`: the first `prefix` tokens'
-    keys/values computed already (`PrefixPass`, whose length must be `prefix`)."""
+    their real tokens contiguous at the right, as the tokenizer writes them. `shared_start`: the first `prefix` tokens'
+    keys/values computed already (`prefix_pass`, whose length must be `prefix`)."""
     first, owner = groups if groups is not None else (torch.arange(prompt_ids.shape[0]), None)
     ids, mask = prompt_ids[first], prompt_mask[first]
     rows, width = ids.shape
     device = ids.device
     lengths = mask.sum(dim=1)
     starts = width - lengths
-    if prefix_pass is not None:
-        if prefix_pass.length != prefix:
-            raise ValueError(f"the prefix pass holds {prefix_pass.length} tokens, the rows share {prefix}")
-        head = prefix_pass.cache(rows)
+    if shared_start is not None:
+        if shared_start.length != prefix:
+            raise ValueError(f"the prefix pass holds {shared_start.length} tokens, the rows share {prefix}")
+        head = shared_start.cache(rows)
     else:
         head = model(input_ids=ids[:1, starts[0] : starts[0] + prefix], use_cache=True,
                      position_ids=torch.arange(prefix, device=device)[None, :], logits_to_keep=1).past_key_values

@@ -1,7 +1,7 @@
 """One decoding step of a Llama-style causal LM in plain torch calls, without the transformers module stack.
 
-A decoding step of SmolLM2-135M on 16 rows spends as long in the Python of transformers' modules (module calls,
-mask building, attention dispatch, cache bookkeeping) as in the operators that are not matrix products. `LlamaStep`
+Part of a decoding step of SmolLM2-135M on 16 rows goes to the Python of transformers' modules (module calls,
+mask building, attention dispatch, cache bookkeeping) rather than to its operators. `LlamaStep`
 runs the same operators in the same order on the same tensors (RMSNorm in float32, rotary embedding from the
 model's own rotary module, scaled-dot-product attention called as transformers' "sdpa" path calls it for one
 query token, SiLU MLP, final norm, output layer on the last position), so the logits are the same numbers, and it
@@ -12,8 +12,9 @@ docs/performance.md).
 `llama_step(model)` returns None (`decode` then calls the model itself) unless every condition it needs holds:
 a Llama, Mistral or Qwen2 causal LM with the "sdpa" attention, SiLU MLP, no sliding window, plain `nn.Linear`
 projections (a peft LoRA layer counts only with its adapter off, as inside `merged_lora_weights`), no accelerate
-hooks. `tests/test_llama_step.py` compares its logits with the model's, bit for bit, on the bundled model and a
-tiny random one, with and without padding, grouped and plain attention heads.
+hooks. `tests/test_llama_step.py` compares its logits with the model's, bit for bit, on tiny random Llama and
+Qwen2 models, with and without padding, grouped and plain attention heads; `tests/test_decoding.py` compares
+`decode`'s tokens (which use it) with `generate`'s on the bundled model.
 """
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
     logsumexp. The entropy carries no gradient (`entropy_from_logits` with a graph does, for an entropy bonus).
     """
     logp, entropy = _TokenLogProbs.apply(logits, tokens, temperature, chunk_size, with_entropy)
-    return logp, (entropy.detach() if with_entropy else None)
+    return logp, (entropy if with_entropy else None)  # the entropy is marked non-differentiable
 
 
 def token_advantages(

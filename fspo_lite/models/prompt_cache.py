@@ -98,6 +98,13 @@ def common_prefix_length(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) ->
     return int(differs.float().argmax()) if bool(differs.any()) else shortest
 
 
+def _start_cache(model, row: torch.Tensor, length: int):
+    """The KV cache of the first `length` tokens of the one-row `row` (its real tokens from column 0), at positions
+    0 .. length - 1: the shared start that `prefix_pass` and `shared_prefix_prefill` build on."""
+    return model(input_ids=row[:, :length], use_cache=True, logits_to_keep=1,
+                 position_ids=torch.arange(length, device=row.device)[None, :]).past_key_values
+
+
 class PrefixPass:
     """The keys/values of the prompt start every row of a rollout shares, computed once for all its micro-batches
     (`prefix_pass` builds it).
@@ -141,8 +148,7 @@ def prefix_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> P
     if length < MIN_SHARED_PREFIX:
         return None
     start = prompt_ids.shape[1] - int(prompt_mask[0].sum())
-    cache = model(input_ids=prompt_ids[:1, start : start + length], use_cache=True, logits_to_keep=1,
-                  position_ids=torch.arange(length, device=prompt_ids.device)[None, :]).past_key_values
+    cache = _start_cache(model, prompt_ids[:1, start:], length)
     layers = getattr(cache, "layers", None)
     if not layers or any(type(layer) is not DynamicLayer for layer in layers):
         return None
@@ -171,8 +177,7 @@ def shared_prefix_prefill(model, prompt_ids: torch.Tensor, prompt_mask: torch.Te
             raise ValueError(f"the prefix pass holds {shared_start.length} tokens, the rows share {prefix}")
         head = shared_start.cache(rows)
     else:
-        head = model(input_ids=ids[:1, starts[0] : starts[0] + prefix], use_cache=True,
-                     position_ids=torch.arange(prefix, device=device)[None, :], logits_to_keep=1).past_key_values
+        head = _start_cache(model, ids[:1, starts[0] :], prefix)
         select_cache_rows(head, torch.zeros(rows, dtype=torch.long, device=device))
     rest = int((lengths - prefix).max())
     if rest > 0:  # each row's own tokens, right-padded after the shared prefix

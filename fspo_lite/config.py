@@ -94,7 +94,8 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     generation_batch_size: int = 64
-    """Sequences generated at once (prompts x samples)."""
+    """Sequences generated at once (prompts x samples). The colocated vLLM engine takes it as max_num_seqs, which also
+    bounds the batch sizes it captures CUDA graphs for (fewer graphs: a shorter start-up)."""
     share_prompt_prefill: bool = True
     """transformers engine: encode each distinct prompt once and copy its KV cache to its samples before
     decoding (the same distribution; saves (G-1)/G of the prompt encoding). Not used with sharded weights (FSDP)

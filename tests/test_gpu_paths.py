@@ -146,7 +146,8 @@ def test_qlora_4bit_trains_on_gpu(tmp_path):
 
 
 @pytest.mark.gpu
-def test_vllm_colocated_engine_on_gpu(tmp_path):
+@pytest.mark.parametrize("sleep", [False, True], ids=["awake", "sleep_mode"])
+def test_vllm_colocated_engine_on_gpu(tmp_path, sleep):
     pytest.importorskip("vllm", reason="the 'gpu' extra (vllm) is not installed")
     from fspo_lite.update.distributed import Distributed
     from fspo_lite.models.policy import load_policy
@@ -154,7 +155,8 @@ def test_vllm_colocated_engine_on_gpu(tmp_path):
 
     model_dir = random_qwen_folder(tmp_path / "model")
     config = gpu_config(tmp_path, model_dir, "rollout.engine=vllm", "rollout.vllm_gpu_memory_utilization=0.3",
-                        "rollout.use_sampler_logprobs=true", "rollout.max_new_tokens=16")
+                        "rollout.use_sampler_logprobs=true", "rollout.max_new_tokens=16", "model.dtype=bfloat16",
+                        f"rollout.vllm_enable_sleep_mode={str(sleep).lower()}")
     model, tokenizer = load_policy(config.model)
     engine = build_rollout_engine(model.cuda(), tokenizer, config.rollout, config.model, config.train,
                                   config.data.max_prompt_tokens, Distributed())
@@ -164,6 +166,7 @@ def test_vllm_colocated_engine_on_gpu(tmp_path):
     assert first.sampling_logprobs is not None and (first.sampling_logprobs <= 0).all()
     assert torch.equal(second.completion_ids[0], second.completion_ids[1])  # greedy
     assert engine.adapters.version == 2
+    assert engine.asleep is sleep  # sleep mode: the engine sleeps after each rollout and woke for the second
 
 
 @pytest.mark.gpu

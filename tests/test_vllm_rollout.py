@@ -27,6 +27,7 @@ from fspo_lite.rollout.vllm_rollout import (
     completions_from_request_outputs,
     cpu_kv_cache_gib,
     cut_at_eos,
+    llm_arguments,
     rollout_from_token_ids,
     sampling_arguments,
     vllm_lora_rank,
@@ -157,6 +158,33 @@ def test_vllm_option_problems_on_cpu_and_cuda(tmp_path):
     assert len(problems) == 2 and "sleep_mode=false" in problems[0] and "load_in_4bit=false" in problems[1]
     assert all("\n" not in line for line in problems)
     assert vllm_option_problems(both.rollout, both.model, "cuda") == []
+    # on CUDA, vLLM's LoRA kernels assert 16-bit inputs: a float32 model is refused before vLLM starts
+    (line,) = vllm_option_problems(plain.rollout, plain.model, "cuda")
+    assert plain.model.dtype == "float32" and "model.dtype=bfloat16" in line and "\n" not in line
+    for fine in ("model.dtype=bfloat16", "model.dtype=float16", "model.backend=unsloth"):
+        config = _config(tmp_path, "rollout.engine=vllm", fine)
+        assert vllm_option_problems(config.rollout, config.model, "cuda") == [], fine
+
+
+def test_llm_arguments_on_cuda_and_cpu(tmp_path):
+    config = _config(tmp_path, "rollout.engine=vllm", "model.name=Qwen/Qwen2.5-0.5B-Instruct", "model.lora_r=12",
+                     "rollout.generation_batch_size=24", "rollout.max_new_tokens=100", "train.seed=5",
+                     "rollout.vllm_gpu_memory_utilization=0.25", "rollout.vllm_enable_sleep_mode=true")
+    cuda = llm_arguments(config.rollout, config.model, config.train, 60, "cuda", rank=1)
+    assert cuda["model"] == "Qwen/Qwen2.5-0.5B-Instruct" and cuda["enable_lora"] and cuda["max_loras"] == 1
+    assert cuda["max_lora_rank"] == 16 and cuda["max_model_len"] == 160 and cuda["seed"] == 6
+    assert cuda["max_num_seqs"] == 24  # the generation batch: CUDA graphs only up to it
+    assert cuda["gpu_memory_utilization"] == 0.25 and cuda["enable_sleep_mode"] is True
+    assert "kv_cache_memory_bytes" not in cuda and "logprobs_mode" not in cuda and "quantization" not in cuda
+    assert "distributed_executor_backend" not in cuda
+    sampler = _config(tmp_path, "rollout.engine=vllm", "model.name=Qwen/Qwen2.5-0.5B-Instruct",
+                      "rollout.use_sampler_logprobs=true")
+    cpu = llm_arguments(sampler.rollout, sampler.model, sampler.train, 60, "cpu", world_size=1, cpu_kv_gib=3)
+    assert cpu["kv_cache_memory_bytes"] == 3 * 1024**3 and cpu["logprobs_mode"] == "processed_logprobs"
+    assert "gpu_memory_utilization" not in cpu and "enable_sleep_mode" not in cpu
+    assert llm_arguments(sampler.rollout, sampler.model, sampler.train, 60, "cpu")["kv_cache_memory_bytes"] == 1024**3
+    ranks = llm_arguments(sampler.rollout, sampler.model, sampler.train, 60, "cuda", rank=1, world_size=2)
+    assert ranks["distributed_executor_backend"] == "external_launcher"
 
 
 def test_cpu_kv_cache_size_from_the_environment(monkeypatch):
@@ -292,7 +320,9 @@ def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="sleep_mode=false"):
         _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
     monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: "cuda")
-    _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
+    _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true", "model.dtype=bfloat16"))
+    with pytest.raises(ValueError, match="needs 16-bit weights"):
+        _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
 
 
 class _FakeServer(BaseHTTPRequestHandler):

@@ -200,8 +200,15 @@ def vllm_option_problems(rollout: RolloutConfig, model_config: ModelConfig, plat
     """The settings of the rollout and model sections that vLLM cannot honour on `platform` ('cuda' or 'cpu'), one
     line each.
 
-    vLLM's CPU platform has no sleep mode (it moves GPU memory) and no bitsandbytes 4-bit (CUDA kernels)."""
-    if platform != "cpu":
+    vLLM's CPU platform has no sleep mode (it moves GPU memory) and no bitsandbytes 4-bit (CUDA kernels). On CUDA,
+    vLLM's LoRA kernels take 16-bit activations only: a float32 model fails there at engine start-up, deep inside
+    vLLM (seen with vllm 0.26.0 on an H200), so it is refused here first. A 4-bit base runs in bfloat16 or float16,
+    and the Unsloth backend picks its own dtype."""
+    if platform == "cuda":
+        if model_config.dtype == "float32" and not model_config.load_in_4bit and model_config.backend != "unsloth":
+            return ["rollout.engine=vllm on a CUDA GPU needs 16-bit weights (vLLM's LoRA kernels take bfloat16 or "
+                    "float16 only): set model.dtype=bfloat16 (or float16 on GPUs without bfloat16), or "
+                    "model.load_in_4bit=true"]
         return []
     problems = []
     if rollout.vllm_enable_sleep_mode:
@@ -287,10 +294,42 @@ class VLLMRollout(Engine):
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)
 
 
+def llm_arguments(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig, max_prompt_tokens: int,
+                  platform: str, rank: int = 0, world_size: int = 1, cpu_kv_gib: int | None = None) -> dict:
+    """The keyword arguments of `vllm.LLM` for the policy's base model on `platform` ('cuda' or 'cpu'): LoRA slots,
+    room for max_prompt_tokens + rollout.max_new_tokens tokens, at most rollout.generation_batch_size sequences in
+    flight (vLLM's max_num_seqs: on CUDA it also bounds the batch sizes it captures CUDA graphs for, which its
+    default of several hundred makes the longest part of start-up), the seed train.seed + rank, and on a CUDA GPU
+    the memory share and sleep mode; on vLLM's CPU platform a fixed KV cache of cpu_kv_gib GiB instead."""
+    if platform == "cuda" and model_config.load_in_4bit:
+        dtype = compute_dtype(torch.cuda.is_bf16_supported())
+    else:
+        dtype = model_config.dtype
+    arguments = dict(
+        model=str(model_source(model_config.name)), dtype=str(dtype).replace("torch.", ""),
+        enable_lora=True, max_loras=1,
+        max_lora_rank=vllm_lora_rank(rollout.vllm_max_lora_rank or model_config.lora_r),
+        max_model_len=max_prompt_tokens + rollout.max_new_tokens,
+        max_num_seqs=rollout.generation_batch_size,
+        seed=train.seed + rank, trust_remote_code=model_config.trust_remote_code,
+    )
+    if platform == "cpu":
+        arguments["kv_cache_memory_bytes"] = (cpu_kv_gib or CPU_KV_CACHE_GIB) * 1024**3
+    else:
+        arguments.update(gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
+                         enable_sleep_mode=rollout.vllm_enable_sleep_mode)
+    if model_config.load_in_4bit:
+        arguments["quantization"] = "bitsandbytes"
+    if rollout.use_sampler_logprobs:
+        arguments["logprobs_mode"] = "processed_logprobs"  # after temperature, as the trainer computes them
+    if world_size > 1:
+        arguments["distributed_executor_backend"] = "external_launcher"  # one engine per training rank
+    return arguments
+
+
 def build_llm(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig, max_prompt_tokens: int,
               rank: int = 0, world_size: int = 1):
-    """A `vllm.LLM` for the policy's base model, with LoRA slots, memory share and sleep mode from the rollout
-    section, room for max_prompt_tokens + rollout.max_new_tokens tokens and the seed train.seed + rank.
+    """A `vllm.LLM` for the policy's base model, built with `llm_arguments`.
 
     On a CUDA GPU vLLM takes rollout.vllm_gpu_memory_utilization of the GPU; on vLLM's CPU platform that share
     does not apply (it would be a share of the machine's RAM) and a fixed KV cache (cpu_kv_cache_gib) is used."""
@@ -302,29 +341,8 @@ def build_llm(rollout: RolloutConfig, model_config: ModelConfig, train: TrainCon
                           "(torchrun, accelerate) need vLLM on CUDA GPUs")
     from vllm import LLM
 
-    if platform == "cuda" and model_config.load_in_4bit:
-        dtype = compute_dtype(torch.cuda.is_bf16_supported())
-    else:
-        dtype = model_config.dtype
-    arguments = dict(
-        model=str(model_source(model_config.name)), dtype=str(dtype).replace("torch.", ""),
-        enable_lora=True, max_loras=1,
-        max_lora_rank=vllm_lora_rank(rollout.vllm_max_lora_rank or model_config.lora_r),
-        max_model_len=max_prompt_tokens + rollout.max_new_tokens,
-        seed=train.seed + rank, trust_remote_code=model_config.trust_remote_code,
-    )
-    if platform == "cpu":
-        gib = cpu_kv_cache_gib()
-        arguments["kv_cache_memory_bytes"] = gib * 1024**3
+    gib = cpu_kv_cache_gib() if platform == "cpu" else None
+    if gib is not None:
         print(f"[fspo_lite] vLLM runs on the CPU (its CPU build): rollout.vllm_gpu_memory_utilization does not apply; "
               f"KV cache {gib} GiB (VLLM_CPU_KVCACHE_SPACE)", flush=True)
-    else:
-        arguments.update(gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
-                         enable_sleep_mode=rollout.vllm_enable_sleep_mode)
-    if model_config.load_in_4bit:
-        arguments["quantization"] = "bitsandbytes"
-    if rollout.use_sampler_logprobs:
-        arguments["logprobs_mode"] = "processed_logprobs"  # after temperature, as the trainer computes them
-    if world_size > 1:
-        arguments["distributed_executor_backend"] = "external_launcher"  # one engine per training rank
-    return LLM(**arguments)
+    return LLM(**llm_arguments(rollout, model_config, train, max_prompt_tokens, platform, rank, world_size, gib))

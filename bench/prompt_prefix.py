@@ -2,7 +2,7 @@
 alternated on the same batch.
 
     python bench/prompt_prefix.py [--questions 16] [--samples 4] [--tokens 64] [--repeats 2]
-                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache|fast_steps]
+                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache|fast_steps|draw]
                                   [--temperature 0]
                                   [--min-new-tokens 0] [--threads N]
 
@@ -15,7 +15,9 @@ and their ratio. `--setting drop_ended_rows` times `fspo_lite.rollout.decoding.d
 matters for sampled batches, which run until their longest answer ends. `--setting preallocate_cache` times
 `decode` with its KV cache written in place against the concatenating cache. `--setting fast_steps` times `decode`'s
 steps through `fspo_lite.rollout.llama_step` against the model's own forward pass (the same logits, so the same
-answers, checked).
+answers, checked). `--setting draw` times `decode` drawing tokens by inverse transform sampling (rollout.draw
+inverse_cdf, "with") against torch.multinomial (multinomial, "without"): other random draws, so other answers
+(use --min-new-tokens to keep the work equal); it reports the mean answer length of each.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows",
-                                                                                "preallocate_cache", "fast_steps"])
+                                                                                "preallocate_cache", "fast_steps",
+                                                                                "draw"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled from seed 0")
     parser.add_argument("--min-new-tokens", type=int, default=0,
                         help="force at least this many tokens per answer (bench/grpo_step.py forces the full length)")
@@ -70,13 +73,18 @@ def main(argv: list[str] | None = None) -> int:
     batch = len(prompts) * args.samples
     times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     texts: dict[bool, list[str]] = {}
+    lengths: dict[bool, list[float]] = {False: [], True: []}
     print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f}")
     for repeat in range(args.repeats):
         for share in (False, True) if repeat % 2 == 0 else (True, False):
-            # share_prompt_prefix and drop_ended_rows are rollout-section switches, the other two engine arguments
+            # share_prompt_prefix and drop_ended_rows are rollout-section switches, draw a rollout-section word, the
+            # other two engine arguments
             in_section = args.setting in ("share_prompt_prefix", "drop_ended_rows")
+            section = {args.setting: share} if in_section else {}
+            if args.setting == "draw":
+                section = {"draw": "inverse_cdf" if share else "multinomial"}
             rollout = RolloutConfig(max_new_tokens=args.tokens, generation_batch_size=batch,
-                                    temperature=args.temperature or 1.0, **({args.setting: share} if in_section else {}))
+                                    temperature=args.temperature or 1.0, **section)
             engine = TransformersRollout(model, tokenizer, rollout,
                                          preallocate_cache=args.setting != "preallocate_cache" or share,
                                          fast_steps=args.setting != "fast_steps" or share,
@@ -88,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 rollout = engine.generate(prompts, args.samples, do_sample=args.temperature > 0)
             times[share].append((time.perf_counter() - wall, cpu_seconds() - cpu))
             texts[share] = rollout.texts
+            lengths[share].append(rollout.completion_lengths.float().mean().item())
             print(f"repeat {repeat} {args.setting}={share}: {times[share][-1][0]:.1f} s wall, "
                   f"{times[share][-1][1]:.1f} s CPU")
     before = [statistics.median(t[i] for t in times[False]) for i in (0, 1)]
@@ -97,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{before[1]:.1f} s CPU, with {after[0]:.1f} s wall / {after[1]:.1f} s CPU; ratio (with / without) "
           f"{after[0] / before[0]:.2f} wall, {after[1] / before[1]:.2f} CPU; "
           f"same answers: {texts[False] == texts[True]}; "
+          f"mean answer tokens {statistics.mean(lengths[False]):.1f} without, {statistics.mean(lengths[True]):.1f} with; "
           f"load average {os.getloadavg()[0]:.1f}")
     return 0
 

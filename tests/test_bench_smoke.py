@@ -103,6 +103,13 @@ def test_prompt_prefix_times_the_plain_torch_decoding_steps_with_the_same_answer
     assert "fast_steps, 2 prompts" in stdout and "same answers: True" in stdout
 
 
+def test_prompt_prefix_times_the_two_draws():
+    stdout = run("bench/prompt_prefix.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens", "4",
+                 "--repeats", "2", "--setting", "draw", "--temperature", "0.7", "--min-new-tokens", "4")
+    assert "draw, 2 prompts x 2 samples x 4 tokens" in stdout
+    assert "mean answer tokens 4.0 without, 4.0 with" in stdout  # forced to full length on both sides
+
+
 def test_truthfulqa_mc_runs():
     stdout = run("bench/truthfulqa_mc.py", "--model", "tiny", "--items", "2", "--batch-size", "4", "--check", "3")
     assert "largest difference from the direct computation over 3 pairs" in stdout

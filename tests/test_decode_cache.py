@@ -89,7 +89,8 @@ def test_min_new_tokens_matches_generate_and_the_rollout_uses_decode_for_it(tiny
                                top_k=0)[:, encoded["input_ids"].shape[1]:]
     torch.manual_seed(7)
     mine = decode(model, encoded["input_ids"], encoded["attention_mask"],
-                  Sampling(12, eos, temperature=0.9, min_new_tokens=9), tokenizer.pad_token_id)
+                  Sampling(12, eos, temperature=0.9, min_new_tokens=9, draw="multinomial"),
+                  tokenizer.pad_token_id)
     assert torch.equal(reference, mine)
     assert not torch.isin(mine[:, :9], torch.tensor(eos)).any()
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig, RolloutConfig
-from fspo_lite.rollout.decoding import decode, plain_sampling, process_logits
+from fspo_lite.rollout.decoding import DRAWS, decode, draw_tokens, inverse_cdf_tokens, plain_sampling, process_logits
 from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.models.policy import load_policy
 from fspo_lite.rollout.transformers_rollout import TransformersRollout, eos_ids
@@ -41,7 +41,7 @@ def both(model, tokenizer, eos, do_sample, temperature=0.7, top_p=1.0, max_new_t
     after_reference = torch.rand(4)
     torch.manual_seed(3)
     mine = decode(model, encoded["input_ids"], encoded["attention_mask"],
-                  Sampling(max_new_tokens, eos, do_sample, temperature, top_p), pad, **options)
+                  Sampling(max_new_tokens, eos, do_sample, temperature, top_p, draw="multinomial"), pad, **options)
     return reference, mine, torch.equal(after_reference, torch.rand(4))
 
 
@@ -69,7 +69,8 @@ def test_decode_on_a_prefilled_cache_gives_generates_tokens(tiny):
                                temperature=0.7, top_k=0)[:, ids.shape[1]:]
     cache, _ = shared_prompt_pass(model, ids[:, :-1], mask[:, :-1], distinct_prompts(ids, mask))
     torch.manual_seed(5)
-    mine = decode(model, ids, mask, Sampling(20, eos, True, 0.7, 1.0), pad, past_key_values=cache, compact_at=0.0)
+    mine = decode(model, ids, mask, Sampling(20, eos, True, 0.7, 1.0, draw="multinomial"), pad, past_key_values=cache,
+                  compact_at=0.0)
     assert torch.equal(reference, mine)
 
 
@@ -80,7 +81,7 @@ def test_rollout_is_the_same_with_and_without_dropping_ended_rows(tiny):
         rollouts = []
         for drop in (False, True):
             torch.manual_seed(11)
-            engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=16, temperature=0.9,
+            engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=16, temperature=0.9, draw="multinomial",
                                                                          generation_batch_size=4, drop_ended_rows=drop))
             rollouts.append(engine.generate(PROMPTS, 3))
     finally:
@@ -154,10 +155,68 @@ def test_real_model_samples_the_same_tokens():
     for drop in (False, True):
         torch.manual_seed(0)
         engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=48, temperature=0.7,
-                                                                     drop_ended_rows=drop))
+                                                                     drop_ended_rows=drop, draw="multinomial"))
         rollouts.append(engine.generate(prompts, 4))
     lengths = rollouts[0].completion_lengths
     assert lengths.min() < lengths.max()
     assert torch.equal(rollouts[0].completion_ids, rollouts[1].completion_ids)
     assert rollouts[0].texts == rollouts[1].texts
     assert eos_ids(tokenizer, model)  # the real EOS ended the rows here
+
+
+def test_inverse_cdf_tokens_by_hand():
+    # cumulative probabilities 0.25, 0.25, 0.75, 1 (exact in binary): token 0 covers [0, 0.25), token 1 nothing,
+    # token 2 [0.25, 0.75), token 3 [0.75, 1)
+    probs = torch.tensor([[0.25, 0.0, 0.5, 0.25]]).expand(7, 4)
+    uniforms = torch.tensor([0.0, 0.125, 0.25, 0.5, 0.74, 0.75, 0.9999])
+    assert inverse_cdf_tokens(probs, uniforms).tolist() == [0, 0, 2, 2, 2, 3, 3]
+    # a row that sums to 2 (unnormalised) is read as its share of the total; trailing zeros are never drawn
+    assert inverse_cdf_tokens(torch.tensor([[1.0, 1.0, 0.0, 0.0]] * 3), torch.tensor([0.49, 0.5, 0.9999999])
+                              ).tolist() == [0, 1, 1]
+    # leading zeros: u = 0 takes the first token of positive probability
+    assert inverse_cdf_tokens(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([0.0])).tolist() == [2]
+
+
+def test_draws_refuse_rows_without_probability_and_unknown_names():
+    for bad in ([[0.0, 0.0]], [[float("nan"), 1.0]], [[float("inf"), 1.0]]):
+        with pytest.raises(ValueError, match="not finite or sums to 0"):
+            draw_tokens(torch.tensor(bad))
+    with pytest.raises(ValueError, match="unknown draw 'gumbel'; use one of inverse_cdf, multinomial"):
+        draw_tokens(torch.tensor([[1.0]]), "gumbel")
+    assert DRAWS == ("inverse_cdf", "multinomial")
+
+
+@pytest.mark.parametrize("draw", ["inverse_cdf", "multinomial"])
+def test_both_draws_sample_the_given_distribution(draw):
+    """60,000 draws from one row with a zero, a tiny and a large probability: no zero-probability token, and a
+    chi-square test against the expected counts (seeded, so it cannot flake; an off-by-one in the lookup moves
+    whole intervals to the next token and fails it by far)."""
+    from scipy.stats import chisquare
+
+    probs = torch.tensor([0.05, 0.0, 0.6, 0.001, 0.149, 0.2])
+    torch.manual_seed(0)
+    tokens = draw_tokens(probs.expand(60_000, 6).contiguous(), draw)
+    counts = torch.bincount(tokens, minlength=6)
+    assert counts[1] == 0
+    kept = probs > 0
+    assert chisquare(counts[kept].double().numpy(), (probs[kept] * 60_000).double().numpy()).pvalue > 0.01
+
+
+def test_inverse_cdf_decode_keeps_its_draws_in_place_when_rows_end(tiny):
+    """The default draw: the same tokens whether ended rows are dropped at once, late or never, and another seed
+    gives other tokens."""
+    model, tokenizer = tiny
+    rows = [p for p in PROMPTS for _ in range(3)]
+    encoded = tokenizer(rows, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
+    outputs = []
+    for seed, compact_at in ((3, 0.0), (3, 0.125), (3, 1.0), (4, 0.0)):
+        torch.manual_seed(seed)
+        outputs.append(decode(model, encoded["input_ids"], encoded["attention_mask"],
+                              Sampling(24, ending_ids(tokenizer), True, 0.7), tokenizer.pad_token_id,
+                              compact_at=compact_at))
+    lengths = (outputs[0] != tokenizer.pad_token_id).sum(1)
+    assert lengths.min() < lengths.max()
+    assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
+    assert not torch.equal(outputs[0], outputs[3])
+    assert Sampling(4, [0]).draw == RolloutConfig().draw == "inverse_cdf"
+

@@ -6,11 +6,14 @@ same loop (the prompt's last token fed on a prefilled KV cache, temperature and 
 one multinomial draw per row, pad after a row's EOS) with the ended rows taken out of the forward pass: their
 KV-cache rows and mask rows are dropped once enough of them have ended (`compact_at`).
 
-The draws match `model.generate`'s: torch's one-sample multinomial draws one exponential per entry of the (rows x
-vocabulary) probability table, so the table keeps every row (an ended row gets a uniform one, as its token is
-replaced by pad anyway) and each row sees the same random numbers it would see inside `generate`. What can
-differ is float rounding, since a matrix product over fewer rows may sum in another order; tests/test_decoding.py
-compares the tokens with `model.generate`'s on the tiny and the bundled model.
+Tokens are drawn (`draw_tokens`) by inverse transform sampling by default (one uniform number per row, looked up in
+the row's cumulative probabilities), or, with draw="multinomial", as `model.generate` draws them: torch's one-sample
+multinomial draws one exponential per entry of the (rows x vocabulary) probability table, which for a 49k
+vocabulary costs about 30 times the lookup. Either way the table keeps every row (an ended row gets a uniform one,
+as its token is replaced by pad anyway), so each row's random numbers keep their places whichever rows have ended;
+with draw="multinomial" each row sees the numbers it would see inside `generate`. What can then differ is float
+rounding, since a matrix product over fewer rows may sum in another order; tests/test_decoding.py compares the
+tokens with `model.generate`'s on the tiny and the bundled model.
 """
 
 from __future__ import annotations
@@ -122,12 +125,40 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return scores
 
 
+DRAWS = ("inverse_cdf", "multinomial")
+"""The ways `draw_tokens` draws (rollout.draw)."""
+
+
+def inverse_cdf_tokens(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Row i's token: the first index whose cumulative probability (summed in float64) exceeds uniforms[i] times the
+    row's total. uniforms: (rows,) numbers in [0, 1), so the target stays below the total and the index found is at
+    most the row's last token of positive probability; a token of probability 0 covers an empty interval and is
+    never drawn. Rows need not sum to exactly 1; a row with no positive total (NaN logits) is refused, as
+    torch.multinomial refuses it."""
+    cumulative = probs.to(torch.float64).cumsum(dim=-1)
+    totals = cumulative[:, -1:]
+    if not bool(((totals > 0) & torch.isfinite(totals)).all()):
+        raise ValueError("cannot draw a token: a row of probabilities is not finite or sums to 0")
+    targets = uniforms.to(torch.float64)[:, None] * totals
+    return torch.searchsorted(cumulative, targets, right=True).squeeze(1)
+
+
+def draw_tokens(probs: torch.Tensor, draw: str = "inverse_cdf") -> torch.Tensor:
+    """One token per row of a (rows, vocabulary) probability table, from torch's default generator: inverse_cdf
+    (`inverse_cdf_tokens` with one float32 uniform per row) or multinomial (torch.multinomial, generate's draws)."""
+    if draw == "inverse_cdf":
+        return inverse_cdf_tokens(probs, torch.rand(probs.shape[0], device=probs.device))
+    if draw == "multinomial":
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
+    raise ValueError(f"unknown draw {draw!r}; use one of {', '.join(DRAWS)}")
+
+
 @torch.no_grad()
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: Sampling, pad_id: int,
            past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
            logprobs: bool = False, fast_steps: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p (or greedy,
-    sampling.do_sample=False), pad after each row's first of sampling.eos_ids; steps = sampling.max_new_tokens or
+    """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p, drawn as
+    sampling.draw says (`draw_tokens`; or greedy, sampling.do_sample=False), pad after each row's first of sampling.eos_ids; steps = sampling.max_new_tokens or
     fewer when every row has ended, no EOS before sampling.min_new_tokens tokens (their logits set to -inf first, as
     `generate`'s MinNewTokensLengthLogitsProcessor does).
 
@@ -175,7 +206,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
             logits = logits.index_fill(1, eos, float("-inf"))
         scores = process_logits(logits, temperature, sampling.top_p) if do_sample else logits
         if do_sample:
-            next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            next_tokens = draw_tokens(torch.softmax(scores, dim=-1), sampling.draw)
         else:
             next_tokens = scores.argmax(dim=-1)
         if logprobs:

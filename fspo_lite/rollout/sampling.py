@@ -29,6 +29,8 @@ class Sampling:
     top_p: float = 1.0
     min_new_tokens: int = 0
     """No EOS before this many tokens (transformers engine only)."""
+    draw: str = "inverse_cdf"
+    """How the transformers engine's decoding loop draws a token (rollout.draw): inverse_cdf | multinomial."""
 
 
 class Engine:
@@ -46,4 +48,4 @@ class Engine:
         """The `Sampling` of one `generate` call: the rollout section's temperature and top_p, and its max_new_tokens
         unless the call gives one."""
         return Sampling(max_new_tokens or self.rollout.max_new_tokens, list(eos_ids), do_sample,
-                        self.rollout.temperature, self.rollout.top_p, min_new_tokens)
+                        self.rollout.temperature, self.rollout.top_p, min_new_tokens, self.rollout.draw)

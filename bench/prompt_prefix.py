@@ -15,9 +15,9 @@ and their ratio. `--setting drop_ended_rows` times `fspo_lite.rollout.decoding.d
 matters for sampled batches, which run until their longest answer ends. `--setting preallocate_cache` times
 `decode` with its KV cache written in place against the concatenating cache. `--setting fast_steps` times `decode`'s
 steps through `fspo_lite.rollout.llama_step` against the model's own forward pass (the same logits, so the same
-answers, checked). `--setting draw` times `decode` drawing tokens by inverse transform sampling (rollout.draw
-inverse_cdf, "with") against torch.multinomial (multinomial, "without"): other random draws, so other answers
-(use --min-new-tokens to keep the work equal); it reports the mean answer length of each.
+answers, checked). `--setting draw` times `decode` drawing tokens by an exponential race on uniform numbers
+(rollout.draw exponential_race, "with") against torch.multinomial (multinomial, "without"): other random numbers, so
+other answers (use --min-new-tokens to keep the work equal); it reports the mean answer length of each.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             in_section = args.setting in ("share_prompt_prefix", "drop_ended_rows")
             section = {args.setting: share} if in_section else {}
             if args.setting == "draw":
-                section = {"draw": "inverse_cdf" if share else "multinomial"}
+                section = {"draw": "exponential_race" if share else "multinomial"}
             rollout = RolloutConfig(max_new_tokens=args.tokens, generation_batch_size=batch,
                                     temperature=args.temperature or 1.0, **section)
             engine = TransformersRollout(model, tokenizer, rollout,

@@ -115,12 +115,13 @@ class RolloutConfig:
     (Intel AMX); measured there: 0.82x float32's generation time at 16 rows, no faster at the lite job's 8 rows,
     and 2.4x slower on AVX2-only CPUs (docs/performance.md). Needs use_sampler_logprobs=true, so that the ratio
     corrects the copy's gap (0.036 nats on average for SmolLM2)."""
-    draw: str = "inverse_cdf"
+    draw: str = "exponential_race"
     """transformers engine's decoding loop (drop_ended_rows): how each token is drawn from the processed
-    probabilities. inverse_cdf: one uniform number per row, looked up in the row's cumulative probabilities (summed
-    in float64); multinomial: torch.multinomial, which draws one exponential number per vocabulary entry, as
-    transformers' generate does, so that a seed gives generate's tokens. Both sample the same distribution; for 16
-    rows of SmolLM2's 49,152-token vocabulary a draw takes about 0.6 ms against 18 ms (docs/performance.md)."""
+    probabilities. exponential_race: the token with the largest p / E, E = -log U exponential numbers made from
+    uniform ones; multinomial: torch.multinomial, the same race with exponential numbers from torch's own sampler,
+    as transformers' generate draws, so that a seed gives generate's tokens. Both sample the same distribution, and
+    both keep a run's tokens when the probabilities move in their last bits (another CPU); for 16 rows of SmolLM2's
+    49,152-token vocabulary a draw takes about 4.6 ms against 18 ms (docs/performance.md, "The token draw")."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take (weights + KV cache); the trainer gets the rest."""
     vllm_enable_sleep_mode: bool = False
@@ -138,8 +139,8 @@ class RolloutConfig:
     rounding; docs/performance.md). Used when that common start is at least 16 tokens."""
     drop_ended_rows: bool = True
     """transformers engine: decode with `fspo_lite.rollout.decoding.decode`, which takes a row out of the forward pass once
-    it has produced EOS (`model.generate` computes every row until the last one ends). The same tokens for the same
-    seed (the random draws keep their places); about 0.7x the time of a 64-row sampled batch on the CPU
+    it has produced EOS (`model.generate` computes every row until the last one ends). With draw=multinomial the
+    tokens `generate` draws for the same seed (the random draws keep their places); about 0.7x the time of a 64-row sampled batch on the CPU
     (docs/performance.md). Not used with sharded weights (FSDP) or the Unsloth backend."""
 
 
@@ -803,7 +804,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.backend": ("transformers", "unsloth"),
     "rollout.engine": ("transformers", "vllm", "vllm-server"),
     "rollout.sampler_dtype": ("policy", "bfloat16"),
-    "rollout.draw": ("inverse_cdf", "multinomial"),
+    "rollout.draw": ("exponential_race", "multinomial"),
     "reward.answer_metric": ("auto", "f1", "em"),
     "reward.claim_extractor": ("rules", "llm"),
     "caution.variant": ("both", "fact", "caution", "fact_then_caution"),

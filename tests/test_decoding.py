@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig, RolloutConfig
-from fspo_lite.rollout.decoding import DRAWS, decode, draw_tokens, inverse_cdf_tokens, plain_sampling, process_logits
+from fspo_lite.rollout.decoding import DRAWS, decode, draw_tokens, plain_sampling, process_logits, race_tokens
 from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.models.policy import load_policy
 from fspo_lite.rollout.transformers_rollout import TransformersRollout, eos_ids
@@ -164,33 +164,31 @@ def test_real_model_samples_the_same_tokens():
     assert eos_ids(tokenizer, model)  # the real EOS ended the rows here
 
 
-def test_inverse_cdf_tokens_by_hand():
-    # cumulative probabilities 0.25, 0.25, 0.75, 1 (exact in binary): token 0 covers [0, 0.25), token 1 nothing,
-    # token 2 [0.25, 0.75), token 3 [0.75, 1)
-    probs = torch.tensor([[0.25, 0.0, 0.5, 0.25]]).expand(7, 4)
-    uniforms = torch.tensor([0.0, 0.125, 0.25, 0.5, 0.74, 0.75, 0.9999])
-    assert inverse_cdf_tokens(probs, uniforms).tolist() == [0, 0, 2, 2, 2, 3, 3]
-    # a row that sums to 2 (unnormalised) is read as its share of the total; trailing zeros are never drawn
-    assert inverse_cdf_tokens(torch.tensor([[1.0, 1.0, 0.0, 0.0]] * 3), torch.tensor([0.49, 0.5, 0.9999999])
-                              ).tolist() == [0, 1, 1]
-    # leading zeros: u = 0 takes the first token of positive probability
-    assert inverse_cdf_tokens(torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([0.0])).tolist() == [2]
+def test_race_tokens_by_hand():
+    probs = torch.tensor([[0.25, 0.0, 0.5, 0.25]]).expand(3, 4)
+    # E = -log(u) = (1, 0.5, 2, 0.2): ratios 0.25, 0, 0.25, 1.25 -> token 3
+    # E = (0.1, 0.01, 1, 1): ratios 2.5, 0 (a zero probability never wins, however small its E), 0.5, 0.25 -> token 0
+    # E = (inf, 0.01, 0.25, 1) (u = 0 for token 0): ratios 0, 0, 2, 0.25 -> token 2
+    exps = torch.tensor([[1.0, 0.5, 2.0, 0.2], [0.1, 0.01, 1.0, 1.0], [math.inf, 0.01, 0.25, 1.0]])
+    assert race_tokens(probs, torch.exp(-exps)).tolist() == [3, 0, 2]
+    # an unnormalised row: only the ratios matter
+    assert race_tokens(torch.tensor([[2.0, 6.0]]), torch.exp(-torch.tensor([[1.0, 4.0]]))).tolist() == [0]
 
 
 def test_draws_refuse_rows_without_probability_and_unknown_names():
     for bad in ([[0.0, 0.0]], [[float("nan"), 1.0]], [[float("inf"), 1.0]]):
         with pytest.raises(ValueError, match="not finite or sums to 0"):
             draw_tokens(torch.tensor(bad))
-    with pytest.raises(ValueError, match="unknown draw 'gumbel'; use one of inverse_cdf, multinomial"):
+    with pytest.raises(ValueError, match="unknown draw 'gumbel'; use one of exponential_race, multinomial"):
         draw_tokens(torch.tensor([[1.0]]), "gumbel")
-    assert DRAWS == ("inverse_cdf", "multinomial")
+    assert DRAWS == ("exponential_race", "multinomial")
 
 
-@pytest.mark.parametrize("draw", ["inverse_cdf", "multinomial"])
+@pytest.mark.parametrize("draw", ["exponential_race", "multinomial"])
 def test_both_draws_sample_the_given_distribution(draw):
     """60,000 draws from one row with a zero, a tiny and a large probability: no zero-probability token, and a
-    chi-square test against the expected counts (seeded, so it cannot flake; an off-by-one in the lookup moves
-    whole intervals to the next token and fails it by far)."""
+    chi-square test against the expected counts (seeded, so it cannot flake; a race of the uniform numbers themselves,
+    E = U instead of -log U, fails it by far)."""
     from scipy.stats import chisquare
 
     probs = torch.tensor([0.05, 0.0, 0.6, 0.001, 0.149, 0.2])
@@ -202,7 +200,7 @@ def test_both_draws_sample_the_given_distribution(draw):
     assert chisquare(counts[kept].double().numpy(), (probs[kept] * 60_000).double().numpy()).pvalue > 0.01
 
 
-def test_inverse_cdf_decode_keeps_its_draws_in_place_when_rows_end(tiny):
+def test_race_decode_keeps_its_draws_in_place_when_rows_end(tiny):
     """The default draw: the same tokens whether ended rows are dropped at once, late or never, and another seed
     gives other tokens."""
     model, tokenizer = tiny
@@ -218,5 +216,5 @@ def test_inverse_cdf_decode_keeps_its_draws_in_place_when_rows_end(tiny):
     assert lengths.min() < lengths.max()
     assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
     assert not torch.equal(outputs[0], outputs[3])
-    assert Sampling(4, [0]).draw == RolloutConfig().draw == "inverse_cdf"
+    assert Sampling(4, [0]).draw == RolloutConfig().draw == "exponential_race"
 

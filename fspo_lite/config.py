@@ -140,8 +140,8 @@ class RolloutConfig:
     drop_ended_rows: bool = True
     """transformers engine: decode with `fspo_lite.rollout.decoding.decode`, which takes a row out of the forward pass once
     it has produced EOS (`model.generate` computes every row until the last one ends). With draw=multinomial the
-    tokens `generate` draws for the same seed (the random draws keep their places); about 0.7x the time of a 64-row sampled batch on the CPU
-    (docs/performance.md). Not used with sharded weights (FSDP) or the Unsloth backend."""
+    tokens `generate` draws for the same seed (the random draws keep their places); about 0.7x the time of a 64-row
+    sampled batch on the CPU (docs/performance.md). Not used with sharded weights (FSDP) or the Unsloth backend."""
 
 
 @dataclass

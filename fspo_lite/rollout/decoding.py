@@ -156,9 +156,10 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
            past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
            logprobs: bool = False, fast_steps: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p, drawn as
-    sampling.draw says (`draw_tokens`; or greedy, sampling.do_sample=False), pad after each row's first of sampling.eos_ids; steps = sampling.max_new_tokens or
-    fewer when every row has ended, no EOS before sampling.min_new_tokens tokens (their logits set to -inf first, as
-    `generate`'s MinNewTokensLengthLogitsProcessor does).
+    sampling.draw says (`draw_tokens`; or greedy, sampling.do_sample=False), pad after each row's first of
+    sampling.eos_ids; steps = sampling.max_new_tokens or fewer when every row has ended, no EOS before
+    sampling.min_new_tokens tokens (their logits set to -inf first, as `generate`'s MinNewTokensLengthLogitsProcessor
+    does).
 
     past_key_values: the cache of every prompt token but the last (`fspo_lite.models.prompt_cache`), or None to run the
     whole prompt first. compact_at: ended rows are dropped from the forward pass once they are this share of the

@@ -66,13 +66,15 @@ def run(tmp_path_factory):
     try:
         first = trainer_module.Trainer(config(root / "a"), train_examples=EXAMPLES, progress=False)
         initial_lora, initial_base = lora_state(first.model), base_state(first.model)
+        # the 4-bit base itself (a new adapter adds nothing), before training: two steps at learning rate 1e-3 on
+        # rewards made from the sampled ids move the answer wherever those samples push it
+        greedy = first.engine.generate([prompt_text(first.tokenizer, EXAMPLES[0], first.config.data)], 1,
+                                       do_sample=False, max_new_tokens=40)
         first.output_dir.mkdir(parents=True, exist_ok=True)
         first.train_step()
         first.save()
         first.train_step()
         first.save()
-        greedy = first.engine.generate([prompt_text(first.tokenizer, EXAMPLES[0], first.config.data)], 1,
-                                       do_sample=False, max_new_tokens=40)
         result = {"trainer": first, "initial_lora": initial_lora, "initial_base": initial_base,
                   "base_after_two": base_state(first.model), "lora_after_two": lora_state(first.model),
                   "greedy": first.tokenizer.decode(greedy.completion_ids[0][greedy.completion_mask[0].bool()])}

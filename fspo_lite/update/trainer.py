@@ -25,6 +25,8 @@ from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
 from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, truncate_jsonl
+from fspo_lite.models.attention import grouped_query_sdpa
+from fspo_lite.models.fused_lora import fused_lora
 from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
 from fspo_lite.models.policy import load_policy, trainable_parameter_count
 from fspo_lite.models.prompt_cache import prefix_pass, shares_prompt_pass
@@ -38,6 +40,7 @@ from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_proven
                                          latest_checkpoint, load_checkpoint, save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
+from fspo_lite.update.memory import keep_freed_memory
 
 
 class TrainingError(RuntimeError):
@@ -73,6 +76,9 @@ class Trainer:
                                            fast_inference=config.rollout.engine == "vllm",
                                            gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization)
         self.model, self.tokenizer = model, tokenizer
+        self.device_type = next(model.parameters()).device.type
+        if config.train.keep_freed_memory and self.device_type == "cpu":
+            keep_freed_memory()  # process-wide; a no-op off glibc
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
@@ -259,13 +265,24 @@ class Trainer:
             entropy_grad, shared_start,
         )
 
+    def _passes(self, model):
+        """The context of every log-prob pass: LoRA projections as one autograd node (train.fused_lora) and grouped
+        key/value heads inside the attention kernel on a CPU (train.grouped_query_sdpa); the same numbers."""
+        stack = contextlib.ExitStack()
+        if self.config.train.fused_lora:
+            stack.enter_context(fused_lora(model))
+        if self.config.train.grouped_query_sdpa:
+            stack.enter_context(grouped_query_sdpa(self.device_type))
+        return stack
+
     @torch.no_grad()
     def _frozen_logprobs(self, rollout: Rollout, reference: bool) -> torch.Tensor:
         """(N, C) log-probs of the whole rollout in its own row order, 0 on the columns a micro-batch left out."""
         result = torch.zeros(rollout.completion_ids.shape, device=rollout.completion_ids.device)
         separate = reference and self.reference is not None
         model = self.reference if separate else self.model
-        with reference_context(self.model) if reference and not separate else contextlib.nullcontext():
+        with reference_context(self.model) if reference and not separate else contextlib.nullcontext(), \
+                self._passes(model):
             # the shared prompt start as the policy's pass computes it, so that equal weights give equal log-probs
             shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
             for rows, width in self._micro_batches(rollout):
@@ -295,51 +312,52 @@ class Trainer:
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
         skipped = False
-        for epoch in range(train.ppo_epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            epoch_loss = 0.0
-            micro_batches = self._micro_batches(rollout)
-            # the prompt start every response shares: one pass for all micro-batches, its gradient sent back once
-            shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
-            for index, (rows, width) in enumerate(micro_batches):
-                # [distributed] gradients are all-reduced once, in the last micro-batch's backward
-                with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
-                    bonus = train.entropy_coef > 0
-                    logp, entropy = self._logprobs(model, rollout, rows, width, with_entropy=epoch == 0 or bonus,
-                                                   entropy_grad=bonus, shared_start=shared_start)
-                    cut = (rows, slice(0, width))  # the micro-batch's rows, without its padding-only columns
-                    old = logp.detach() if old_logp is None else old_logp[cut]
-                    token_loss, clipped = algos.clipped_surrogate(
-                        logp, old, advantages[cut], train.epsilon_low, train.epsilon_high
-                    )
-                    if bonus:
-                        token_loss = algos.entropy_bonus(token_loss, entropy, train.entropy_coef)
-                        entropy = entropy.detach()
-                    if ref_logp is not None:
-                        kl = algos.kl_k3(logp, ref_logp[cut])
-                        token_loss = token_loss + train.beta * kl
-                        if epoch == 0:
-                            sums["kl"] += (kl.detach() * mask[cut]).sum().item()
-                    loss = algos.aggregate_loss(
-                        token_loss, mask[cut], train.loss_aggregation, self.config.rollout.max_new_tokens,
-                        total_tokens, total_sequences,
-                    )
-                    loss.backward()
-                epoch_loss += loss.item()
-                if epoch == 0:
-                    sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
-                    sums["entropy"] += (entropy * mask[cut]).sum().item()
-            if shared_start is not None:
-                shared_start.backward()
-            grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
-            if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
-                skipped = True
-                sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
-                self._skip_update(epoch_loss, grad_norm)
-                break
-            self.optimizer.step()
-            self.bad_steps = 0
-            sums["loss"] += epoch_loss / train.ppo_epochs
+        with self._passes(model):  # fused LoRA, grouped-query attention: the same numbers
+            for epoch in range(train.ppo_epochs):
+                self.optimizer.zero_grad(set_to_none=True)
+                epoch_loss = 0.0
+                micro_batches = self._micro_batches(rollout)
+                # the prompt start every response shares: one pass for all micro-batches, its gradient sent back once
+                shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
+                for index, (rows, width) in enumerate(micro_batches):
+                    # [distributed] gradients are all-reduced once, in the last micro-batch's backward
+                    with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
+                        bonus = train.entropy_coef > 0
+                        logp, entropy = self._logprobs(model, rollout, rows, width, with_entropy=epoch == 0 or bonus,
+                                                       entropy_grad=bonus, shared_start=shared_start)
+                        cut = (rows, slice(0, width))  # the micro-batch's rows, without its padding-only columns
+                        old = logp.detach() if old_logp is None else old_logp[cut]
+                        token_loss, clipped = algos.clipped_surrogate(
+                            logp, old, advantages[cut], train.epsilon_low, train.epsilon_high
+                        )
+                        if bonus:
+                            token_loss = algos.entropy_bonus(token_loss, entropy, train.entropy_coef)
+                            entropy = entropy.detach()
+                        if ref_logp is not None:
+                            kl = algos.kl_k3(logp, ref_logp[cut])
+                            token_loss = token_loss + train.beta * kl
+                            if epoch == 0:
+                                sums["kl"] += (kl.detach() * mask[cut]).sum().item()
+                        loss = algos.aggregate_loss(
+                            token_loss, mask[cut], train.loss_aggregation, self.config.rollout.max_new_tokens,
+                            total_tokens, total_sequences,
+                        )
+                        loss.backward()
+                    epoch_loss += loss.item()
+                    if epoch == 0:
+                        sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
+                        sums["entropy"] += (entropy * mask[cut]).sum().item()
+                if shared_start is not None:
+                    shared_start.backward()
+                grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
+                if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
+                    skipped = True
+                    sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
+                    self._skip_update(epoch_loss, grad_norm)
+                    break
+                self.optimizer.step()
+                self.bad_steps = 0
+                sums["loss"] += epoch_loss / train.ppo_epochs
         self.optimizer.zero_grad(set_to_none=True)
         tokens = max(mask.sum().item(), 1.0)
         return {

@@ -77,9 +77,23 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * x.to(dtype)
 
 
+def _joined(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for projections that read the same input: their rows stacked, so one matrix product
+    gives their outputs side by side (the same numbers: each output is the same dot product)."""
+    weight = torch.cat([linear.weight for linear in linears])
+    biases = [linear.bias for linear in linears]
+    if all(bias is None for bias in biases):
+        return weight, None
+    return weight, torch.cat([bias if bias is not None else weight.new_zeros(linear.weight.shape[0])
+                              for bias, linear in zip(biases, linears)])
+
+
 class LlamaStep:
-    """Holds the model's parameters (not copies: a weight swapped in place, as `merged_lora_weights` does, is
-    seen) and runs one decoding step on a cache of `PreallocatedLayer`s (`fspo_lite.rollout.decoding`)."""
+    """Runs one decoding step on a cache of `PreallocatedLayer`s (`fspo_lite.rollout.decoding`) with the model's
+    weights as they are when it is built (inside `merged_lora_weights`, the merged ones): q, k and v joined into one
+    matrix, gate and up into another (copies: 0.28 GB for SmolLM2-135M while it decodes), so a layer runs four matrix
+    products instead of seven and rotates queries and keys in one pass. Build it for one `decode` call; a weight
+    changed afterwards is not seen."""
 
     def __init__(self, lm):
         inner = lm.model
@@ -96,8 +110,11 @@ class LlamaStep:
             linears += [_plain_linear(getattr(mlp, n)) for n in ("gate_proj", "up_proj", "down_proj")]
             if any(linear is None for linear in linears):
                 raise ValueError("a projection is not a plain linear layer")
-            self.layers.append((layer.input_layernorm, layer.post_attention_layernorm, *linears,
-                                attention.head_dim, attention.num_key_value_groups, attention.scaling))
+            q_proj, k_proj, v_proj, o_proj, gate, up, down = linears
+            sizes = (q_proj.weight.shape[0], k_proj.weight.shape[0], v_proj.weight.shape[0])
+            self.layers.append((layer.input_layernorm, layer.post_attention_layernorm, _joined(linears[:3]), sizes,
+                                o_proj, _joined((gate, up)), gate.weight.shape[0], down, attention.head_dim,
+                                attention.num_key_value_groups, attention.scaling))
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                cache) -> torch.Tensor:
@@ -111,16 +128,16 @@ class LlamaStep:
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         # transformers' sdpa mask for one query token: None without padding, else the padding mask as booleans
         mask = None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
-        for index, (norm1, norm2, q_proj, k_proj, v_proj, o_proj, gate, up, down, head_dim, groups, scale) in \
-                enumerate(self.layers):
+        for index, (norm1, norm2, (qkv, qkv_bias), (q_size, k_size, _), o_proj, (gate_up, gate_up_bias),
+                    gate_size, down, head_dim, groups, scale) in enumerate(self.layers):
             residual = x
             hidden = _rms_norm(x, norm1.weight, norm1.variance_epsilon)
-            shape = (rows, length, -1, head_dim)
-            query = F.linear(hidden, q_proj.weight, q_proj.bias).view(shape).transpose(1, 2)
-            key = F.linear(hidden, k_proj.weight, k_proj.bias).view(shape).transpose(1, 2)
-            value = F.linear(hidden, v_proj.weight, v_proj.bias).view(shape).transpose(1, 2)
-            query = (query * cos) + (_rotate_half(query) * sin)
-            key = (key * cos) + (_rotate_half(key) * sin)
+            projected = F.linear(hidden, qkv, qkv_bias)
+            # queries and keys side by side, (rows, query heads + key heads, 1, head_dim), rotated together
+            query_key = projected[..., : q_size + k_size].reshape(rows, length, -1, head_dim).transpose(1, 2)
+            query_key = (query_key * cos) + (_rotate_half(query_key) * sin)
+            query, key = query_key[:, : q_size // head_dim], query_key[:, q_size // head_dim :]
+            value = projected[..., q_size + k_size :].reshape(rows, length, -1, head_dim).transpose(1, 2)
             key, value = cache.layers[index].update(key, value)
             if groups > 1 and mask is None:
                 out = F.scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, scale=scale,
@@ -136,7 +153,8 @@ class LlamaStep:
             x = residual + F.linear(out, o_proj.weight, o_proj.bias)
             residual = x
             hidden = _rms_norm(x, norm2.weight, norm2.variance_epsilon)
-            x = residual + F.linear(F.silu(F.linear(hidden, gate.weight, gate.bias)) * F.linear(
-                hidden, up.weight, up.bias), down.weight, down.bias)
+            gate_and_up = F.linear(hidden, gate_up, gate_up_bias)
+            x = residual + F.linear(F.silu(gate_and_up[..., :gate_size]) * gate_and_up[..., gate_size:], down.weight,
+                                    down.bias)
         x = _rms_norm(x[:, -1:, :], self.norm.weight, self.norm.variance_epsilon)
         return F.linear(x, self.head.weight, self.head.bias)

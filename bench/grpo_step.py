@@ -69,6 +69,9 @@ class BenchSettings:
     sampler_dtype: str = "policy"
     """fspo-lite's side only: rollout.sampler_dtype (bfloat16: a bfloat16 sampler copy with its log-probs as pi_old);
     TRL keeps its float32 `generate`, so the two sides then differ in the sampler's precision."""
+    trl_keep_freed_memory: bool = False
+    """TRL's side only: its worker sets the malloc options fspo-lite's trainer sets on a CPU (train.keep_freed_memory,
+    `fspo_lite.update.memory`), so both sides allocate alike; off by default: TRL as a user runs it."""
     device: str = "cpu"
     """cpu (peak RSS) or cuda (peak allocated GPU memory; TRL without vLLM on the GPU too)."""
 
@@ -287,6 +290,9 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
 def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
     """TRL's GRPOTrainer (no vLLM) driven step by step through a callback that waits for the coordinator."""
     init_worker(settings)
+    from fspo_lite.update.memory import keep_freed_memory
+
+    kept = keep_freed_memory() if settings.trl_keep_freed_memory else False
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig
@@ -355,7 +361,8 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
             reward_funcs=[lambda completions, **_: [0.0] * len(completions)],  # unused: advantages come from FSPO
             advantage_fn=fspo_advantages, callbacks=[Lockstep()],
         )
-        conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions()})
+        conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions(),
+                   "keep_freed_memory": kept})
         trainer.train()
         conn.recv()  # "stop"
 
@@ -425,7 +432,8 @@ def run_model(settings: BenchSettings, steps: int, warmup: int, overhead_steps: 
     return {
         "settings": asdict(settings),
         "fspo-lite": {**ours_summary, "loaded_memory_mb": ours_ready["memory_mb"]},
-        "trl": {**theirs_summary, "loaded_memory_mb": theirs_ready["memory_mb"]},
+        "trl": {**theirs_summary, "loaded_memory_mb": theirs_ready["memory_mb"],
+                "keep_freed_memory": theirs_ready["keep_freed_memory"]},
         "ratios": compare(ours_summary, theirs_summary),
         "fspo_overhead": fspo_overhead(overhead) if overhead else None,
         "versions": theirs_ready["versions"],
@@ -463,6 +471,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: both trainers on the GPU, peak = max allocated GPU memory")
     parser.add_argument("--threads", type=int, default=BenchSettings.threads, help="torch CPU threads per worker")
+    parser.add_argument("--trl-keep-freed-memory", action="store_true",
+                        help="TRL's worker sets the malloc options fspo-lite's trainer sets (train.keep_freed_memory)")
     parser.add_argument("--out", default=None, help="append the results as one JSON line to this file")
     args = parser.parse_args(argv)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
@@ -470,7 +480,8 @@ def main(argv: list[str] | None = None) -> None:
     results = {}
     for model in args.models.split(","):
         settings = BenchSettings(model=model, max_new_tokens=args.max_new_tokens, beta=args.beta, device=args.device,
-                                 threads=args.threads, verifier=args.verifier, sampler_dtype=args.sampler_dtype)
+                                 threads=args.threads, verifier=args.verifier, sampler_dtype=args.sampler_dtype,
+                                 trl_keep_freed_memory=args.trl_keep_freed_memory)
         results[model] = run_model(settings, args.steps, args.warmup, args.overhead_steps)
         print(report(model, results[model]), flush=True)
     if args.out:

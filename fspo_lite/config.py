@@ -366,8 +366,9 @@ class TrainConfig:
     fused_lora: bool = True
     """In the log-prob passes, every plain LoRA projection (one adapter, no dropout or DoRA) runs as one autograd node
     with its scale and sum folded into the matrix products (`fspo_lite.models.fused_lora`), instead of peft's extra
-    full-size multiply and add forwards and backwards. The same numbers bit for bit at power-of-two scales
-    (lora_alpha / lora_r; 2 by default), float rounding otherwise; about 0.9x the update time on 2 CPU cores."""
+    full-size multiply and add forwards and backwards. The same log-probs bit for bit, gradients to float rounding
+    (their terms are grouped otherwise); about 0.95x the update time on 2 CPU cores. Not
+    with model.backend=unsloth, which brings its own LoRA kernels."""
     grouped_query_sdpa: bool = True
     """On a CPU, the log-prob passes give grouped key/value heads to torch's attention kernel as they are, instead of
     transformers' copies per query head (`fspo_lite.models.attention`): the same numbers, about 0.9x the update time
@@ -375,7 +376,8 @@ class TrainConfig:
     keep_freed_memory: bool = True
     """On a CPU under Linux/glibc, malloc keeps freed memory for the next step instead of returning it to the OS and
     faulting it in again page by page (`fspo_lite.update.memory`): no number changes, about 0.85x the update time on
-    2 cores; the process then holds its high-water mark of memory (about +0.2 GB at the benchmark) until it exits."""
+    2 cores; the process then holds its high-water mark of memory until it exits (a step script's peak RSS grew by
+    about 0.2 GB)."""
     max_grad_norm: float = 1.0
     seed: int = 0
     output_dir: str = "runs/default"

@@ -3,6 +3,7 @@ TRL-side advantage subclass (skipped when TRL, the `bench` extra, is not install
 
 from __future__ import annotations
 
+import mmap
 import sys
 from pathlib import Path
 
@@ -57,8 +58,12 @@ def test_summary_line_is_one_line_with_every_model():
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs")
 def test_peak_rss_reset_forgets_an_earlier_peak():
-    block = torch.ones(64 * 1024 * 1024 // 4)  # 64 MiB, touched
-    del block
+    # 64 MiB mapped and touched, then unmapped: back to the OS whatever malloc keeps (an earlier Trainer in this
+    # process may have set train.keep_freed_memory's options)
+    block = mmap.mmap(-1, 64 * 1024 * 1024)
+    for offset in range(0, len(block), mmap.PAGESIZE):
+        block[offset] = 1
+    block.close()
     before = grpo_step.read_status_kb("VmHWM")
     grpo_step.reset_peak_rss()
     after = grpo_step.read_status_kb("VmHWM")

@@ -39,7 +39,7 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     assert importlib.util.find_spec("trl"), "TRL is missing: `make setup` (the dev extra) installs it"
     out = tmp_path / "grpo_step.jsonl"
     stdout = run("bench/grpo_step.py", "--models", "tiny", "--steps", "1", "--warmup", "0", "--overhead-steps", "1",
-                 "--max-new-tokens", "4", "--threads", "1", "--out", str(out))
+                 "--max-new-tokens", "4", "--threads", "1", "--trl-keep-freed-memory", "--out", str(out))
     result = json.loads(out.read_text())["results"]["tiny"]
     for side in ("fspo-lite", "trl"):
         assert result[side]["steps"] == 1
@@ -49,6 +49,7 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     overhead = result["fspo_overhead"]
     assert overhead["steps"] == 1 and overhead["fspo_s"] >= 0 and overhead["grpo_step_s"] > 0
     assert result["versions"]["trl"]
+    assert result["trl"]["keep_freed_memory"] is sys.platform.startswith("linux")  # glibc here; asked for
     assert stdout.splitlines()[-1].startswith("RATIOS tiny: time ")
 
 

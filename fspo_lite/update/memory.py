@@ -8,7 +8,7 @@ when freed, and trims the top of its heap past a threshold, so the next step's t
 `keep_freed_memory` sets malloc's options (mallopt) so that large blocks come from the heap and the heap is never
 trimmed: after the first step the faults stop (tens instead of hundreds of thousands per update) and the update took
 about 0.85x the time on 2 cores (docs/performance.md). The price: the process keeps its high-water mark of memory
-until it exits (the benchmark's peak grew by about 0.2 GB, heap fragmentation).
+until it exits (a throwaway step script's peak RSS grew by about 0.2 GB).
 
 It changes no number: only where memory comes from. It does nothing (returns False) off Linux, without glibc, or
 when mallopt refuses a value.

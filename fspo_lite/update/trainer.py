@@ -267,9 +267,10 @@ class Trainer:
 
     def _passes(self, model):
         """The context of every log-prob pass: LoRA projections as one autograd node (train.fused_lora) and grouped
-        key/value heads inside the attention kernel on a CPU (train.grouped_query_sdpa); the same numbers."""
+        key/value heads inside the attention kernel on a CPU (train.grouped_query_sdpa); the same numbers. Unsloth's
+        models keep their own LoRA kernels."""
         stack = contextlib.ExitStack()
-        if self.config.train.fused_lora:
+        if self.config.train.fused_lora and self.config.model.backend != "unsloth":
             stack.enter_context(fused_lora(model))
         if self.config.train.grouped_query_sdpa:
             stack.enter_context(grouped_query_sdpa(self.device_type))

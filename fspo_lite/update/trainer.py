@@ -267,8 +267,8 @@ class Trainer:
 
     def _passes(self, model):
         """The context of every log-prob pass: LoRA projections as one autograd node (train.fused_lora) and grouped
-        key/value heads inside the attention kernel on a CPU (train.grouped_query_sdpa); the same numbers. Unsloth's
-        models keep their own LoRA kernels."""
+        key/value heads inside the attention kernel on a CPU (train.grouped_query_sdpa): the same log-probs, gradients
+        to float rounding. Unsloth's models keep their own LoRA kernels."""
         stack = contextlib.ExitStack()
         if self.config.train.fused_lora and self.config.model.backend != "unsloth":
             stack.enter_context(fused_lora(model))
@@ -313,7 +313,7 @@ class Trainer:
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
         skipped = False
-        with self._passes(model):  # fused LoRA, grouped-query attention: the same numbers
+        with self._passes(model):  # fused LoRA, grouped-query attention: the same log-probs
             for epoch in range(train.ppo_epochs):
                 self.optimizer.zero_grad(set_to_none=True)
                 epoch_loss = 0.0

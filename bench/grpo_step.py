@@ -41,8 +41,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"), ("OMP_WAIT_POLICY", "PASSIVE")):
+for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false")):
     os.environ.setdefault(_name, _value)
+
+OMP_WAIT_POLICIES = ("default", "passive", "active")
+"""--omp-wait-policy: what both workers' OpenMP threads do between parallel regions. default: as the environment says
+(libgomp, torch's OpenMP on Linux, spins a while and then sleeps when OMP_WAIT_POLICY is unset); passive: sleep at
+once (OMP_WAIT_POLICY=PASSIVE, a wake-up per parallel region); active: spin."""
 
 
 @dataclass
@@ -473,10 +478,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=BenchSettings.threads, help="torch CPU threads per worker")
     parser.add_argument("--trl-keep-freed-memory", action="store_true",
                         help="TRL's worker sets the malloc options fspo-lite's trainer sets (train.keep_freed_memory)")
+    parser.add_argument("--omp-wait-policy", choices=OMP_WAIT_POLICIES, default="default",
+                        help="both workers' OMP_WAIT_POLICY (default: the environment's, libgomp's own when unset)")
     parser.add_argument("--out", default=None, help="append the results as one JSON line to this file")
     args = parser.parse_args(argv)
+    if args.omp_wait_policy != "default":  # read by each spawned worker's OpenMP runtime when torch loads there
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    wait_policy = os.environ.get("OMP_WAIT_POLICY", "unset")
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}", flush=True)
+          f"python {platform.python_version()}, OMP_WAIT_POLICY {wait_policy}", flush=True)
     results = {}
     for model in args.models.split(","):
         settings = BenchSettings(model=model, max_new_tokens=args.max_new_tokens, beta=args.beta, device=args.device,
@@ -486,8 +496,8 @@ def main(argv: list[str] | None = None) -> None:
         print(report(model, results[model]), flush=True)
     if args.out:
         with open(args.out, "a") as handle:
-            handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results})
-                         + "\n")
+            handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                     "omp_wait_policy": wait_policy, "results": results}) + "\n")
     print(summary_line(results), flush=True)
 
 

@@ -8,9 +8,10 @@ STAMP := $(VENV)/.fspo-lite-installed
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TORCH ?= $(if $(filter Linux,$(shell uname -s)),torch==2.13.0+cpu --extra-index-url $(TORCH_CPU_INDEX),torch==2.13.0)
 # OpenMP's wait policy: libgomp's own (spin a while, then sleep) for the jobs, which run alone in one process: on 2 cores
-# a decoding step's many small parallel regions then wait less than when each wakes a sleeping thread (PASSIVE took
-# about 1.2x the rollout's time, docs/performance.md). PASSIVE for the tests and vLLM, which run several processes
-# at once on the same cores, where spinning threads stall each other.
+# a decoding step's many small parallel regions then wait less than when each wakes a sleeping thread (with PASSIVE a
+# rollout took 1.2x the time and the lite job 14.2 against 13.5 min; docs/performance.md, "OpenMP's wait policy").
+# PASSIVE for the tests and vLLM, which run several processes at once on the same cores, where spinning threads
+# stall each other.
 test test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm: export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1

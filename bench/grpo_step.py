@@ -272,7 +272,8 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
         config = fspo_config(settings, output_dir)
         examples, order = step_examples(config, settings.prompts_per_step * 10_000)
         trainer = RecordingTrainer(config, train_examples=examples, progress=False)
-        conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions()})
+        conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions(),
+                   "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")})
         while True:
             message = conn.recv()
             if message == "stop":
@@ -367,7 +368,7 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
             advantage_fn=fspo_advantages, callbacks=[Lockstep()],
         )
         conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions(),
-                   "keep_freed_memory": kept})
+                   "keep_freed_memory": kept, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")})
         trainer.train()
         conn.recv()  # "stop"
 
@@ -436,9 +437,11 @@ def run_model(settings: BenchSettings, steps: int, warmup: int, overhead_steps: 
     ours_summary, theirs_summary = summarise(records["fspo-lite"]), summarise(records["trl"])
     return {
         "settings": asdict(settings),
-        "fspo-lite": {**ours_summary, "loaded_memory_mb": ours_ready["memory_mb"]},
+        "fspo-lite": {**ours_summary, "loaded_memory_mb": ours_ready["memory_mb"],
+                      "omp_wait_policy": ours_ready["omp_wait_policy"]},
         "trl": {**theirs_summary, "loaded_memory_mb": theirs_ready["memory_mb"],
-                "keep_freed_memory": theirs_ready["keep_freed_memory"]},
+                "keep_freed_memory": theirs_ready["keep_freed_memory"],
+                "omp_wait_policy": theirs_ready["omp_wait_policy"]},
         "ratios": compare(ours_summary, theirs_summary),
         "fspo_overhead": fspo_overhead(overhead) if overhead else None,
         "versions": theirs_ready["versions"],

@@ -39,8 +39,13 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     assert importlib.util.find_spec("trl"), "TRL is missing: `make setup` (the dev extra) installs it"
     out = tmp_path / "grpo_step.jsonl"
     stdout = run("bench/grpo_step.py", "--models", "tiny", "--steps", "1", "--warmup", "0", "--overhead-steps", "1",
-                 "--max-new-tokens", "4", "--threads", "1", "--trl-keep-freed-memory", "--out", str(out))
-    result = json.loads(out.read_text())["results"]["tiny"]
+                 "--max-new-tokens", "4", "--threads", "1", "--trl-keep-freed-memory", "--omp-wait-policy", "active",
+                 "--out", str(out))
+    line = json.loads(out.read_text())
+    result = line["results"]["tiny"]
+    # asked for ACTIVE over the environment's PASSIVE (run() sets it): both workers were started with it
+    policies = {line["omp_wait_policy"], result["fspo-lite"]["omp_wait_policy"], result["trl"]["omp_wait_policy"]}
+    assert policies == {"ACTIVE"}, policies
     for side in ("fspo-lite", "trl"):
         assert result[side]["steps"] == 1
         assert result[side]["tokens_per_step"] == 4 * 4 * 4  # prompts x G x forced length, on both sides

@@ -95,21 +95,9 @@ class VLLMServer:
             return ""
 
     def stop(self, grace: float = 30.0) -> None:
-        """SIGTERM to the whole process group, SIGKILL to what is left after `grace` seconds."""
-        if self.process is None:
-            return
-        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.process.wait(timeout=wait)
-            except subprocess.TimeoutExpired:
-                continue
-            if not group_alive(self.process.pid):
-                break
-            time.sleep(1.0)  # the leader is gone; give its children a moment before the next signal
+        """SIGTERM to the whole process group, SIGKILL to what is left after `grace` seconds (`stop_group`)."""
+        if self.process is not None:
+            stop_group(self.process, grace)
 
     def __enter__(self) -> "VLLMServer":
         return self.start()
@@ -118,12 +106,47 @@ class VLLMServer:
         self.stop()
 
 
+def stop_group(process: subprocess.Popen, grace: float = 30.0, settle: float = 10.0) -> None:
+    """Stop the process group `process` leads: SIGTERM to all of it, SIGKILL to what is left once the leader has
+    exited or `grace` seconds have passed, then wait up to `settle` seconds for the group to be gone. vLLM's server
+    exits before the workers of its engine process do (they notice their parent's death a moment later), so the
+    group can outlive its leader."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, settle)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        deadline = time.monotonic() + (1.0 if sig == signal.SIGTERM else settle)
+        while group_alive(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not group_alive(process.pid):
+            return
+
+
 def group_alive(pgid: int) -> bool:
-    """Whether any process of process group `pgid` still exists."""
+    """Whether a process of process group `pgid` still runs. A zombie (dead, waiting for its new parent to reap it,
+    which an init process may do late) does not count, where /proc shows the states."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # pid (comm) state ppid pgrp ...: the command name may hold spaces and parentheses
+            state, _, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        if int(group) == pgid and state != "Z":
+            return True
+    return False

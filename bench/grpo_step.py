@@ -50,6 +50,11 @@ OMP_WAIT_POLICIES = ("default", "passive", "active")
 once (OMP_WAIT_POLICY=PASSIVE, a wake-up per parallel region); active: spin."""
 
 
+def omp_wait_policy() -> str:
+    """This process's OMP_WAIT_POLICY, "unset" when the environment has none (libgomp's own policy)."""
+    return os.environ.get("OMP_WAIT_POLICY", "unset")
+
+
 @dataclass
 class BenchSettings:
     """What both trainers get; every field is shared by the two sides."""
@@ -273,7 +278,7 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
         examples, order = step_examples(config, settings.prompts_per_step * 10_000)
         trainer = RecordingTrainer(config, train_examples=examples, progress=False)
         conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions(),
-                   "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")})
+                   "omp_wait_policy": omp_wait_policy()})
         while True:
             message = conn.recv()
             if message == "stop":
@@ -368,7 +373,7 @@ def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
             advantage_fn=fspo_advantages, callbacks=[Lockstep()],
         )
         conn.send({"ready": True, "memory_mb": loaded_mb(settings.device), "versions": versions(),
-                   "keep_freed_memory": kept, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")})
+                   "keep_freed_memory": kept, "omp_wait_policy": omp_wait_policy()})
         trainer.train()
         conn.recv()  # "stop"
 
@@ -487,7 +492,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.omp_wait_policy != "default":  # read by each spawned worker's OpenMP runtime when torch loads there
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
-    wait_policy = os.environ.get("OMP_WAIT_POLICY", "unset")
+    wait_policy = omp_wait_policy()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"python {platform.python_version()}, OMP_WAIT_POLICY {wait_policy}", flush=True)
     results = {}

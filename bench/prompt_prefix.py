@@ -2,7 +2,8 @@
 alternated on the same batch.
 
     python bench/prompt_prefix.py [--questions 16] [--samples 4] [--tokens 64] [--repeats 2]
-                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache|fast_steps|draw]
+                                  [--setting share_prompt_prefix|drop_ended_rows|preallocate_cache|fast_steps|draw|
+                                             packed_weights]
                                   [--temperature 0]
                                   [--min-new-tokens 0] [--threads N]
 
@@ -18,6 +19,8 @@ steps through `fspo_lite.rollout.llama_step` against the model's own forward pas
 answers, checked). `--setting draw` times `decode` drawing tokens by an exponential race on uniform numbers
 (rollout.draw exponential_race, "with") against torch.multinomial (multinomial, "without"): other random numbers, so
 other answers (use --min-new-tokens to keep the work equal); it reports the mean answer length of each.
+`--setting packed_weights` times `decode`'s steps with their weights packed for MKL (rollout.packed_weights) against
+`F.linear`'s: the logits move in their last bits, so a sampled answer can differ (reported, not required).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--setting", default="share_prompt_prefix", choices=["share_prompt_prefix", "drop_ended_rows",
                                                                                 "preallocate_cache", "fast_steps",
-                                                                                "draw"])
+                                                                                "draw", "packed_weights"])
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy; else sampled from seed 0")
     parser.add_argument("--min-new-tokens", type=int, default=0,
                         help="force at least this many tokens per answer (bench/grpo_step.py forces the full length)")
@@ -77,10 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_description()}; load average {os.getloadavg()[0]:.1f}")
     for repeat in range(args.repeats):
         for share in (False, True) if repeat % 2 == 0 else (True, False):
-            # share_prompt_prefix and drop_ended_rows are rollout-section switches, draw a rollout-section word, the
+            # share_prompt_prefix, drop_ended_rows and packed_weights are rollout-section switches, draw a word, the
             # other two engine arguments
-            in_section = args.setting in ("share_prompt_prefix", "drop_ended_rows")
+            in_section = args.setting in ("share_prompt_prefix", "drop_ended_rows", "packed_weights")
             section = {args.setting: share} if in_section else {}
+            if args.setting == "fast_steps":  # the model's own logits bit for bit: F.linear's products on both sides
+                section = {"packed_weights": False}
             if args.setting == "draw":
                 section = {"draw": "exponential_race" if share else "multinomial"}
             rollout = RolloutConfig(max_new_tokens=args.tokens, generation_batch_size=batch,

@@ -103,7 +103,8 @@ class RolloutConfig:
     merge_lora_for_generation: bool = True
     """transformers engine: generate with each LoRA adapter merged into a new copy of its weight matrices (one
     product per projection instead of three; the base weights are never modified). Needs float base weights
-    (4-bit bases keep the adapter branch); not used with sharded weights (FSDP) or the Unsloth backend."""
+    (4-bit bases keep the adapter branch); not used with sharded weights (FSDP) or the Unsloth backend, nor where
+    packed_weights applies (the packed base weights are kept; the adapter's term is added beside them)."""
     use_sampler_logprobs: bool = False
     """train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached current policy, so
     the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the sampler and the
@@ -122,6 +123,16 @@ class RolloutConfig:
     as transformers' generate draws, so that a seed gives generate's tokens. Both sample the same distribution, and
     both keep a run's tokens when the probabilities move in their last bits (another CPU); for 16 rows of SmolLM2's
     49,152-token vocabulary a draw takes about 4.6 ms against 18 ms (docs/performance.md, "The token draw")."""
+    packed_weights: bool = True
+    """transformers engine's decoding loop (drop_ended_rows), float32 weights on the CPU, a torch built with MKL
+    (x86): run the decoding steps' matrix products on a copy of the weights packed once into MKL's own layout and
+    kept for the run, which MKL reads faster at a decoding step's few rows; a LoRA adapter then stays unmerged, its
+    two small products beside the packed one (merge_lora_for_generation is not used). On a 2-core Xeon the decoding
+    products took 0.56-0.90x their time at 4-16 rows (`bench/packed_linear.py`, docs/performance.md). The logits
+    move in their last bits (MKL sums some products in another order), so a seed can draw other tokens than with
+    false, which gives the model's own logits bit for bit. Costs one packed copy of the float32 weights for as long as the
+    engine lives (0.54 GB for SmolLM2-135M); ignored elsewhere (GPU, bfloat16, 4-bit, no MKL, other architectures
+    than Llama, Mistral and Qwen2)."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take (weights + KV cache); the trainer gets the rest."""
     vllm_enable_sleep_mode: bool = False
@@ -139,9 +150,10 @@ class RolloutConfig:
     rounding; docs/performance.md). Used when that common start is at least 16 tokens."""
     drop_ended_rows: bool = True
     """transformers engine: decode with `fspo_lite.rollout.decoding.decode`, which takes a row out of the forward pass once
-    it has produced EOS (`model.generate` computes every row until the last one ends). With draw=multinomial the
-    tokens `generate` draws for the same seed (the random draws keep their places); about 0.7x the time of a 64-row
-    sampled batch on the CPU (docs/performance.md). Not used with sharded weights (FSDP) or the Unsloth backend."""
+    it has produced EOS (`model.generate` computes every row until the last one ends). With draw=multinomial and
+    packed_weights=false the tokens `generate` draws for the same seed (the random draws keep their places); about
+    0.7x the time of a 64-row sampled batch on the CPU (docs/performance.md). Not used with sharded weights (FSDP)
+    or the Unsloth backend."""
 
 
 @dataclass

@@ -226,3 +226,19 @@ def test_sampler_precision_int8_context_restores_the_float_layers():
     assert torch.equal(model(x), before) and "forward" not in vars(model[0])
     with bench.int8_weights(model, skip=("2",)) as swapped:
         assert swapped == 1
+
+
+def test_packed_linear_runs():
+    from fspo_lite.rollout.llama_step import mkl_packing_available
+
+    if not mkl_packing_available():
+        pytest.skip("this torch has no MKL packed product")
+    stdout = run("bench/packed_linear.py", "--rows", "2,16", "--rounds", "1", "--layers", "2", "--threads", "1")
+    assert "down (1536 -> 576), 16 rows: plain" in stdout and "packed / plain time" in stdout
+    assert stdout.count("equal bit for bit") == 10  # 5 products x 2 row counts
+
+
+def test_prompt_prefix_times_the_packed_weights():
+    stdout = run("bench/prompt_prefix.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens", "4",
+                 "--repeats", "1", "--setting", "packed_weights", "--temperature", "0.7", "--min-new-tokens", "4")
+    assert "packed_weights, 2 prompts x 2 samples x 4 tokens" in stdout

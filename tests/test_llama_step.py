@@ -1,14 +1,17 @@
 """fspo_lite.rollout.llama_step: one decoding step in plain torch calls gives the model's own logits bit for bit,
-and is refused wherever it would not (an active adapter, another attention, another architecture)."""
+and is refused wherever it would not (an active adapter, another attention, another architecture); with weights
+packed for MKL, the same logits up to float rounding."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from fspo_lite.config import ModelConfig
 from fspo_lite.models.policy import load_policy, merged_lora_weights, tiny_model_config
 from fspo_lite.models.prompt_cache import prompt_positions
 from fspo_lite.rollout.decoding import decode, preallocate
-from fspo_lite.rollout.llama_step import LlamaStep, llama_step
+from fspo_lite.rollout.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,
+                                          mkl_packing_available, packing_applies)
 from fspo_lite.rollout.sampling import Sampling
 
 
@@ -115,3 +118,126 @@ def test_more_than_one_token_per_row_is_refused():
     preallocate(cache, 4)
     with pytest.raises(ValueError, match="one token per row"):
         llama_step(model).logits(ids[:, :2], torch.ones(1, 6, dtype=torch.long), torch.tensor([[4, 5]]), cache)
+
+
+needs_mkl = pytest.mark.skipif(not mkl_packing_available(), reason="this torch has no MKL packed product")
+
+
+@needs_mkl
+@pytest.mark.parametrize("rows", [1, 3, 8, 16, 40])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_packed_projection_computes_the_linear_layer(rows, with_bias):
+    torch.manual_seed(rows)
+    weights = [torch.randn(96, 80), torch.randn(32, 80)]
+    biases = [torch.randn(96), torch.randn(32)] if with_bias else [None, None]
+    packs = WeightPacks()
+    for group in ([0], [0, 1]):  # one weight, and two stacked (a stand-in weight then)
+        weight, packed = packs.get([weights[i] for i in group], rows=16)  # packed for 16 rows, used with any count
+        bias = torch.cat([biases[i] for i in group]) if with_bias else None
+        projection = Projection(weight, bias, packed)
+        full_weight = torch.cat([weights[i] for i in group])
+        for x in (torch.randn(rows, 80), torch.randn(rows, 1, 80)):
+            expected = x.double() @ full_weight.double().T + (bias.double() if with_bias else 0)
+            got = projection(x)
+            assert got.shape == expected.shape and got.dtype == torch.float32
+            assert torch.allclose(got.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@needs_mkl
+def test_weight_packs_are_kept_until_a_weight_changes():
+    weights = [torch.randn(16, 8), torch.randn(4, 8)]
+    packs = WeightPacks()
+    first = packs.get(weights, rows=4)
+    assert packs.get(weights, rows=4)[1] is first[1]  # kept
+    assert first[0].shape == (20, 8) and first[0].stride() == (0, 0)  # a stand-in: no memory
+    with torch.no_grad():
+        weights[1].add_(1.0)  # an optimizer step: the version counter moves
+    again = packs.get(weights, rows=4)
+    assert again[1] is not first[1]
+    x = torch.randn(3, 8)
+    assert torch.allclose(Projection(again[0], None, again[1])(x), F.linear(x, torch.cat(weights)), rtol=1e-5,
+                          atol=1e-5)
+
+
+def test_the_low_rank_term_places_each_adapter_in_its_projections_rows():
+    torch.manual_seed(0)
+    a1, b1, a2, b2 = torch.randn(2, 6), torch.randn(5, 2), torch.randn(3, 6), torch.randn(4, 3)
+    down, up = _low_rank([[(a1, b1, 0.5)], [], [(a2, b2, 2.0)]], [5, 7, 4])
+    x = torch.randn(3, 6)
+    got = F.linear(F.linear(x, down), up)
+    expected = torch.cat([0.5 * x @ a1.T @ b1.T, torch.zeros(3, 7), 2.0 * x @ a2.T @ b2.T], dim=1)
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert _low_rank([[], []], [5, 7]) is None
+    weight = torch.randn(16, 6)  # no pack: F.linear plus the low-rank term
+    assert torch.allclose(Projection(weight, None, None, (down, up))(x), F.linear(x, weight) + got)
+
+
+def lora_policy():
+    policy, tokenizer = load_policy(ModelConfig(name="tiny", lora=True, lora_r=4, lora_alpha=8))
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)  # a non-zero delta, so that leaving the adapter out would show
+    return policy.eval(), tokenizer
+
+
+@needs_mkl
+@pytest.mark.parametrize("padded", [True, False])
+def test_packed_logits_with_the_adapter_on_are_the_models_up_to_float_rounding(padded):
+    policy, _ = lora_policy()
+    assert packing_applies(policy)
+    torch.manual_seed(1)
+    ids = torch.randint(3, 97, (3, 9))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :4] = 0
+    fast = llama_step(policy, WeightPacks(), rows=3)
+    assert isinstance(fast, LlamaStep) and fast.head.packed is not None and fast.layers[0][2].low_rank is not None
+    with torch.no_grad():
+        output = policy(input_ids=ids, attention_mask=mask, position_ids=prompt_positions(mask), use_cache=True)
+        caches = [output.past_key_values, policy(input_ids=ids, attention_mask=mask, use_cache=True,
+                                                 position_ids=prompt_positions(mask)).past_key_values]
+        for cache in caches:
+            preallocate(cache, 3)
+        step_ids = output.logits[:, -1].argmax(-1, keepdim=True)
+        mask = torch.cat([mask, mask.new_ones(3, 1)], dim=1)
+        positions = prompt_positions(mask)[:, -1:]
+        theirs = policy(input_ids=step_ids, attention_mask=mask, position_ids=positions, past_key_values=caches[0],
+                        use_cache=True, logits_to_keep=1).logits
+        mine = fast.logits(step_ids, mask, positions, caches[1])
+        with policy.disable_adapter():  # the adapter's term matters here
+            without = policy(input_ids=step_ids, attention_mask=mask, position_ids=positions,
+                             past_key_values=caches[0], use_cache=True, logits_to_keep=1).logits
+    assert mine.shape == theirs.shape
+    assert torch.allclose(mine, theirs, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(without, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_packing_is_refused_where_it_would_not_compute_the_models_logits():
+    policy, _ = lora_policy()
+    assert packing_applies(policy) == mkl_packing_available()
+    assert not packing_applies(tiny_model().to(torch.bfloat16))
+    with merged_lora_weights(policy):
+        assert packing_applies(policy) == mkl_packing_available()  # adapter off: plain weights
+    policy.train()  # dropout would be on
+    for module in policy.modules():
+        if hasattr(module, "lora_dropout"):
+            module.lora_dropout["default"] = torch.nn.Dropout(0.1)
+    assert not packing_applies(policy)
+
+
+@needs_mkl
+def test_the_engine_decodes_with_kept_packs_and_the_same_greedy_tokens():
+    from fspo_lite.config import RolloutConfig
+    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+
+    policy, tokenizer = lora_policy()
+    texts = {}
+    for packed in (True, False):
+        engine = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8, packed_weights=packed))
+        texts[packed] = engine.generate(["one two three", "a b"], 2, do_sample=False).texts
+        assert bool(engine.weight_packs._packs) == packed  # packs made, and only when asked for
+        kept = dict(engine.weight_packs._packs)
+        engine.generate(["one two three"], 1, do_sample=False)
+        assert all(engine.weight_packs._packs[k][3] is v[3] for k, v in kept.items())  # the same packs again
+    assert texts[True] == texts[False]

@@ -22,7 +22,7 @@ import functools
 import torch
 
 from fspo_lite.models.prompt_cache import prompt_positions
-from fspo_lite.rollout.llama_step import llama_step
+from fspo_lite.rollout.llama_step import WeightPacks, llama_step
 from fspo_lite.rollout.sampling import Sampling
 
 LOGITS_SETTINGS = ("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size",
@@ -154,7 +154,8 @@ def draw_tokens(probs: torch.Tensor, draw: str = "exponential_race") -> torch.Te
 @torch.no_grad()
 def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, sampling: Sampling, pad_id: int,
            past_key_values=None, compact_at: float = 0.125, preallocate_cache: bool = True,
-           logprobs: bool = False, fast_steps: bool = True) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+           logprobs: bool = False, fast_steps: bool = True,
+           weight_packs: WeightPacks | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """New tokens (rows, steps) for left-padded prompts: sampled with `sampling`'s temperature and top-p, drawn as
     sampling.draw says (`draw_tokens`; or greedy, sampling.do_sample=False), pad after each row's first of
     sampling.eos_ids; steps = sampling.max_new_tokens or fewer when every row has ended, no EOS before
@@ -167,7 +168,9 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
     the first step the KV cache gets room for every remaining token (`preallocate`), so a step writes its keys and
     values in place instead of copying the whole cache (the same numbers either way). fast_steps: with a
     preallocated cache, the steps after the first run through `fspo_lite.rollout.llama_step` where the model allows
-    it (the same logits, without transformers' Python). logprobs=True returns
+    it (the same logits, without transformers' Python). weight_packs: those steps' matrix products on weights
+    packed for MKL and kept there, LoRA adapters left on (the same logits up to float rounding;
+    `fspo_lite.rollout.llama_step`). logprobs=True returns
     (tokens, log-probs): each drawn token's log-probability under the processed scores it was drawn from (after
     temperature and top-p, as vLLM's processed log-probs), 0 after a row's end."""
     max_new_tokens, do_sample, temperature = sampling.max_new_tokens, sampling.do_sample, sampling.temperature
@@ -195,7 +198,7 @@ def decode(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, samplin
             if step == 0 and preallocate_cache and max_new_tokens > 1:
                 layers = getattr(cache, "layers", None)
                 if preallocate(cache, max_new_tokens - 1) == len(layers or []) > 0 and fast_steps:
-                    fast = llama_step(model)
+                    fast = llama_step(model, weight_packs, rows=live.numel())
             logits = output.logits[:, -1].float()
         if live.numel() < rows:  # rows out of the pass get a uniform row, so the draws keep their places
             full = torch.zeros(rows, logits.shape[-1], dtype=logits.dtype, device=device)

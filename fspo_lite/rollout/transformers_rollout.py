@@ -23,6 +23,7 @@ from fspo_lite.models.policy import merged_lora_weights
 from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
                                            shared_prefix_prefill, shared_prompt_pass)
 from fspo_lite.rollout.decoding import decode, plain_sampling
+from fspo_lite.rollout.llama_step import WeightPacks, packing_applies
 from fspo_lite.rollout.sampling import Engine
 
 
@@ -102,6 +103,8 @@ class TransformersRollout(Engine):
                              "rollout.drop_ended_rows=true, plain weights (no FSDP, no Unsloth)")
         self._copy = None
         """The rollout.sampler_dtype copy of the policy, made at the first rollout."""
+        self.weight_packs = WeightPacks()
+        """rollout.packed_weights: the policy's weights packed for MKL, kept from one rollout to the next."""
 
     @property
     def generation_batch_size(self) -> int:
@@ -137,17 +140,22 @@ class TransformersRollout(Engine):
         chunks = []
         batches = range(0, len(expanded), self.generation_batch_size)
         sampling = self.sampling(eos, do_sample, max_new_tokens, self.generate_kwargs.get("min_new_tokens") or 0)
-        with merged_lora_weights(model) if self.rollout.merge_lora_for_generation else contextlib.nullcontext():
+        own_loop = self.rollout.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
+            getattr(model, "generation_config", None))
+        # packed weights: the adapter stays on and is not merged into copies (the packs hold the base weights)
+        packs = self.weight_packs if (own_loop and self.rollout.packed_weights and self.fast_steps
+                                      and self.preallocate_cache and packing_applies(model)) else None
+        merge = self.rollout.merge_lora_for_generation and packs is None
+        with merged_lora_weights(model) if merge else contextlib.nullcontext():
             for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
                 batch = expanded[start : start + self.generation_batch_size]
                 encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
                                     truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
-                if self.rollout.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
-                        getattr(model, "generation_config", None)):
+                if own_loop:
                     drawn = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
                                    self._prefilled(model, encoded).get("past_key_values"),
                                    preallocate_cache=self.preallocate_cache, logprobs=self.with_logprobs,
-                                   fast_steps=self.fast_steps)
+                                   fast_steps=self.fast_steps, weight_packs=packs)
                     new_tokens, new_logprobs = drawn if self.with_logprobs else (drawn, None)
                 elif self.with_logprobs:
                     raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from "

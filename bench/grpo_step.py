@@ -81,7 +81,7 @@ class BenchSettings:
     TRL keeps its float32 `generate`, so the two sides then differ in the sampler's precision."""
     trl_keep_freed_memory: bool = False
     """TRL's side only: its worker sets the malloc options fspo-lite's trainer sets on a CPU (train.keep_freed_memory,
-    `fspo_lite.update.memory`), so both sides allocate alike; off by default: TRL as a user runs it."""
+    `fspo_lite.memory`), so both sides allocate alike; off by default: TRL as a user runs it."""
     device: str = "cpu"
     """cpu (peak RSS) or cuda (peak allocated GPU memory; TRL without vLLM on the GPU too)."""
 
@@ -301,7 +301,7 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
 def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
     """TRL's GRPOTrainer (no vLLM) driven step by step through a callback that waits for the coordinator."""
     init_worker(settings)
-    from fspo_lite.update.memory import keep_freed_memory
+    from fspo_lite.memory import keep_freed_memory
 
     kept = keep_freed_memory() if settings.trl_keep_freed_memory else False
     from datasets import Dataset

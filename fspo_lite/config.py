@@ -387,7 +387,7 @@ class TrainConfig:
     of SmolLM2-135M (3 key/value heads for 9 query heads). No effect on other devices or plain multi-head models."""
     keep_freed_memory: bool = True
     """On a CPU under Linux/glibc, malloc keeps freed memory for the next step instead of returning it to the OS and
-    faulting it in again page by page (`fspo_lite.update.memory`): no number changes, about 0.85x the update time on
+    faulting it in again page by page (`fspo_lite.memory`): no number changes, about 0.85x the update time on
     2 cores; the process then holds its high-water mark of memory until it exits (a step script's peak RSS grew by
     about 0.2 GB)."""
     max_grad_norm: float = 1.0

@@ -1,6 +1,6 @@
 """The update's faster passes that change no number: LoRA projections as one autograd node (models.fused_lora),
 grouped key/value heads inside torch's attention kernel (models.attention), malloc keeping freed memory
-(update.memory)."""
+(fspo_lite.memory)."""
 
 import copy
 import os
@@ -196,7 +196,7 @@ def test_keep_freed_memory_keeps_a_freed_large_tensor_in_the_process():
     happens to sit below other blocks, the fault counts of the defaults vary from machine to machine."""
     script = textwrap.dedent("""
         import resource, sys, torch
-        from fspo_lite.update.memory import keep_freed_memory
+        from fspo_lite.memory import keep_freed_memory
         kept = keep_freed_memory() if sys.argv[1] == "keep" else None
         def resident():
             with open("/proc/self/statm") as statm:
@@ -216,6 +216,36 @@ def test_keep_freed_memory_keeps_a_freed_large_tensor_in_the_process():
     assert released["default"][0] == "None" and released["keep"][0] == "True"
     assert released["default"][1] >= 30, released  # handed back to the OS
     assert released["keep"][1] < 4, released  # kept
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_blocks_made_outside_the_kept_heap_go_back_to_the_os():
+    """With freed memory kept, a 40 MB tensor made inside `blocks_from_the_os` is its own mapping again: freed, it
+    goes back to the OS; made outside, it stays in the process (as the test above shows for keep_freed_memory)."""
+    script = textwrap.dedent("""
+        import resource, torch
+        from fspo_lite.memory import blocks_from_the_os, keep_freed_memory
+        assert keep_freed_memory()
+        def resident():
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * resource.getpagesize()
+        released = []
+        for inside in (True, False):
+            if inside:
+                with blocks_from_the_os():
+                    a = torch.ones(10_000_000)  # 40 MB, every page touched
+            else:
+                a = torch.ones(10_000_000)
+            held = resident()
+            del a
+            released.append((held - resident()) >> 20)
+        print(*released)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    inside, outside = (int(x) for x in result.stdout.split())
+    assert inside >= 30 and outside < 4, (inside, outside)
 
 
 def test_the_trainer_update_is_the_same_with_the_faster_passes_on_or_off(tmp_path, tiny_policy):

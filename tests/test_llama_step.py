@@ -11,7 +11,7 @@ from fspo_lite.models.policy import load_policy, merged_lora_weights, tiny_model
 from fspo_lite.models.prompt_cache import prompt_positions
 from fspo_lite.rollout.decoding import decode, preallocate
 from fspo_lite.rollout.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,
-                                          mkl_packing_available, packing_applies)
+                                          mkl_packing_available, packing_applies, weight_packs_for)
 from fspo_lite.rollout.sampling import Sampling
 
 
@@ -227,17 +227,18 @@ def test_packing_is_refused_where_it_would_not_compute_the_models_logits():
 
 
 @needs_mkl
-def test_the_engine_decodes_with_kept_packs_and_the_same_greedy_tokens():
+def test_the_engines_of_one_model_share_kept_packs_and_give_the_same_greedy_tokens():
     from fspo_lite.config import RolloutConfig
     from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
     policy, tokenizer = lora_policy()
     texts = {}
-    for packed in (True, False):
+    for packed in (False, True):
         engine = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8, packed_weights=packed))
         texts[packed] = engine.generate(["one two three", "a b"], 2, do_sample=False).texts
-        assert bool(engine.weight_packs._packs) == packed  # packs made, and only when asked for
-        kept = dict(engine.weight_packs._packs)
-        engine.generate(["one two three"], 1, do_sample=False)
-        assert all(engine.weight_packs._packs[k][3] is v[3] for k, v in kept.items())  # the same packs again
+        assert bool(weight_packs_for(policy)._packs) == packed  # packs made, and only when asked for
+    kept = dict(weight_packs_for(policy)._packs)
+    other = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8))  # e.g. the evaluation's engine
+    other.generate(["one two three"], 1, do_sample=False)
+    assert all(weight_packs_for(policy)._packs[k][3] is v[3] for k, v in kept.items())  # the same packs again
     assert texts[True] == texts[False]

@@ -33,6 +33,8 @@ import weakref
 import torch
 import torch.nn.functional as F
 
+from fspo_lite.memory import blocks_from_the_os
+
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """The causal LMs whose decoder layer is the one `LlamaStep` runs (pre-norm attention and SiLU MLP)."""
 
@@ -151,7 +153,7 @@ def mkl_packing_available() -> bool:
 
 
 class WeightPacks:
-    """MKL-packed copies of weights, kept from one `decode` call to the next (a rollout engine holds one).
+    """MKL-packed copies of weights, kept from one `decode` call to the next (one per model: `weight_packs_for`).
 
     A weight is packed again when it changes (its tensor's version counter moves: an optimizer step in full
     fine-tuning); LoRA's frozen base weights are packed once for the whole run. Costs one packed copy of every
@@ -170,11 +172,25 @@ class WeightPacks:
         if kept is not None and kept[0] == versions and all(ref() is w for ref, w in zip(kept[1], weights)):
             return kept[2], kept[3]
         self._packs = {k: v for k, v in self._packs.items() if all(ref() is not None for ref in v[1])}  # gone weights
-        joined = weights[0].detach() if len(weights) == 1 else torch.cat([w.detach() for w in weights])
-        packed = torch.ops.mkl._mkl_reorder_linear_weight(joined.contiguous(), max(1, rows))
+        with blocks_from_the_os():  # kept for the run: not in the heap the training step reuses (fspo_lite.memory)
+            joined = weights[0].detach() if len(weights) == 1 else torch.cat([w.detach() for w in weights])
+            packed = torch.ops.mkl._mkl_reorder_linear_weight(joined.contiguous(), max(1, rows))
         weight = joined if len(weights) == 1 else joined.new_zeros(()).expand(joined.shape)
         self._packs[key] = (versions, [weakref.ref(w) for w in weights], weight, packed)
         return weight, packed
+
+
+_PACKS_BY_MODEL: "weakref.WeakKeyDictionary[torch.nn.Module, WeightPacks]" = weakref.WeakKeyDictionary()
+
+
+def weight_packs_for(model) -> WeightPacks:
+    """The `WeightPacks` of `model`'s causal LM: one for every engine that decodes with it (a trainer's and the
+    evaluation harness's), dropped with the model."""
+    lm = _causal_lm(model)
+    packs = _PACKS_BY_MODEL.get(lm)
+    if packs is None:
+        packs = _PACKS_BY_MODEL[lm] = WeightPacks()
+    return packs
 
 
 def _low_rank(adapters: list[list[tuple[torch.Tensor, torch.Tensor, float]]],

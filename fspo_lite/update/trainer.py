@@ -40,7 +40,7 @@ from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_proven
                                          latest_checkpoint, load_checkpoint, save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
-from fspo_lite.update.memory import keep_freed_memory
+from fspo_lite.memory import keep_freed_memory
 
 
 class TrainingError(RuntimeError):

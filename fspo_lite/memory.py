@@ -1,0 +1,77 @@
+"""Freed memory kept for the next step: glibc's malloc told not to hand large blocks back to the OS; long-lived
+buffers made outside that kept memory.
+
+A training step on a CPU allocates and frees the same large tensors again and again (activations of 8 x 64 x 1536
+floats, gradients of the same shapes, logits of the 49k-word vocabulary). glibc serves blocks above its mmap
+threshold (128 KiB at first, raised as blocks are freed, up to 32 MiB) with fresh pages from the OS and returns them
+when freed, and trims the top of its heap past a threshold, so the next step's tensors fault their pages in again, one
+4 KiB page at a time: about 400,000 page faults in one SmolLM2-135M update, 1.6 GB zeroed by the kernel.
+`keep_freed_memory` sets malloc's options (mallopt) so that large blocks come from the heap and the heap is never
+trimmed: after the first step the faults stop (tens instead of hundreds of thousands per update) and the update took
+about 0.85x the time on 2 cores (docs/performance.md). The price: the process keeps its high-water mark of memory
+until it exits (a throwaway step script's peak RSS grew by about 0.2 GB).
+
+It changes no number: only where memory comes from. It does nothing (returns False) off Linux, without glibc, or
+when mallopt refuses a value.
+
+`blocks_from_the_os` is for buffers made once and kept (the decoding loop's packed weights,
+`fspo_lite.rollout.llama_step.WeightPacks`): inside it, while `keep_freed_memory` is in force, blocks of 1 MiB and
+more get their own mapping again, handed back to the OS when freed. MKL asks for 2-9 times a packed weight's size
+and writes only the weight's size; in the heap, the training step's tensors would later land on the unwritten rest
+and make it resident, so that the process's peak crept up from step to step (docs/performance.md, "Packed weights
+for decoding").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import platform
+
+M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+"""glibc's mallopt parameter numbers (malloc.h)."""
+
+SETTINGS = {M_MMAP_THRESHOLD: 1 << 30, M_TRIM_THRESHOLD: 2**31 - 1, M_TOP_PAD: 64 << 20}
+"""Blocks below 1 GiB from the heap; the heap never trimmed (the largest int); 64 MiB more asked of the OS at a time."""
+
+
+_KEPT = [False]
+"""Whether `keep_freed_memory` is in force in this process."""
+
+
+def _mallopt():
+    """glibc's mallopt, or None off Linux/glibc."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
+
+
+def keep_freed_memory() -> bool:
+    """Apply SETTINGS to this process's malloc; True when glibc took all of them."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        return False
+    _KEPT[0] = all(mallopt(parameter, value) == 1 for parameter, value in SETTINGS.items())
+    return _KEPT[0]
+
+
+@contextlib.contextmanager
+def blocks_from_the_os(threshold: int = 1 << 20):
+    """Inside: blocks of `threshold` bytes or more are mapped from the OS on their own, and given back when freed,
+    instead of coming from the heap that `keep_freed_memory` keeps (see the module docstring). Does nothing when
+    `keep_freed_memory` is not in force: glibc's own threshold then maps such large blocks anyway."""
+    mallopt = _mallopt() if _KEPT[0] else None
+    if mallopt is None or mallopt(M_MMAP_THRESHOLD, threshold) != 1:
+        yield
+        return
+    try:
+        yield
+    finally:
+        mallopt(M_MMAP_THRESHOLD, SETTINGS[M_MMAP_THRESHOLD])

@@ -31,10 +31,11 @@ SHAPES = {"qkv (576 -> 960)": (960, 576), "o (576 -> 576)": (576, 576), "gate+up
 """SmolLM2-135M's decoding products as fspo_lite.rollout.llama_step runs them: (out features, in features)."""
 
 
-def timed(call, weights, rows_in) -> float:
+def timed(projections, x: torch.Tensor) -> float:
+    """Seconds for one product of `x` with each projection, in turn."""
     started = time.perf_counter()
-    for weight in weights:
-        call(rows_in, weight)
+    for projection in projections:
+        projection(x)
     return time.perf_counter() - started
 
 
@@ -67,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             x = torch.randn(rows, inner)
             seconds: dict[str, list[float]] = {"plain": [], "packed": []}
             for projections in (plain, packed):  # warm-up
-                timed(lambda a, p: p(a), projections, x)
+                timed(projections, x)
             for _ in range(args.rounds):
                 for label, projections in (("plain", plain), ("packed", packed)):
-                    seconds[label].append(timed(lambda a, p: p(a), projections, x))
+                    seconds[label].append(timed(projections, x))
             median = {label: statistics.median(values) for label, values in seconds.items()}
             outputs = [(p(x), q(x)) for p, q in zip(plain[:3], packed[:3])]
             equal = all(torch.equal(a, b) for a, b in outputs)

@@ -229,18 +229,24 @@ class Projection:
         return out
 
 
+def _joined_bias(linears) -> torch.Tensor | None:
+    """The biases of projections whose outputs are stacked, in the same order (zeros for a projection without
+    one); None when none has a bias; one projection's own bias, uncopied."""
+    biases = [linear.bias for linear in linears]
+    if all(bias is None for bias in biases):
+        return None
+    if len(linears) == 1:
+        return biases[0]
+    return torch.cat([bias if bias is not None else linear.weight.new_zeros(linear.weight.shape[0])
+                      for bias, linear in zip(biases, linears)])
+
+
 def _joined(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for projections that read the same input: their rows stacked, so one matrix product
     gives their outputs side by side (the same numbers: each output is the same dot product); one projection's own
     weight and bias, uncopied."""
-    if len(linears) == 1:
-        return linears[0].weight, linears[0].bias
-    weight = torch.cat([linear.weight for linear in linears])
-    biases = [linear.bias for linear in linears]
-    if all(bias is None for bias in biases):
-        return weight, None
-    return weight, torch.cat([bias if bias is not None else weight.new_zeros(linear.weight.shape[0])
-                              for bias, linear in zip(biases, linears)])
+    weight = linears[0].weight if len(linears) == 1 else torch.cat([linear.weight for linear in linears])
+    return weight, _joined_bias(linears)
 
 
 class LlamaStep:
@@ -266,8 +272,8 @@ class LlamaStep:
             if not all(b.weight.device.type == "cpu" and b.weight.dtype == torch.float32 for b in bases):
                 raise ValueError("only float32 weights on the CPU can be packed")
             weight, packed = packs.get([b.weight for b in bases], rows)
-            bias = _joined(bases)[1] if any(b.bias is not None for b in bases) else None
-            return Projection(weight, bias, packed, _low_rank([a for _, a in group], [b.weight.shape[0] for b in bases]))
+            low_rank = _low_rank([adapters for _, adapters in group], [b.weight.shape[0] for b in bases])
+            return Projection(weight, _joined_bias(bases), packed, low_rank)
 
         self.head = projection([(head, [])])
         self.layers = []

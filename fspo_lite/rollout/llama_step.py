@@ -284,7 +284,8 @@ class LlamaStep:
             else:
                 adapted = [_adapted_linear(layer.get_submodule(path)) for path in PROJECTIONS]
             if any(a is None for a in adapted):
-                raise ValueError("a projection is not a plain linear layer" + (" or a plain LoRA layer" if packs else ""))
+                kinds = "a plain linear layer" + (" or a plain LoRA layer" if packs else "")
+                raise ValueError(f"a projection is not {kinds}")
             q_proj, k_proj, v_proj, _, gate, _, _ = [base for base, _ in adapted]
             sizes = (q_proj.weight.shape[0], k_proj.weight.shape[0], v_proj.weight.shape[0])
             attention = layer.self_attn

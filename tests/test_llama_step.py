@@ -7,7 +7,8 @@ import torch
 import torch.nn.functional as F
 
 from fspo_lite.config import ModelConfig
-from fspo_lite.models.policy import load_policy, merged_lora_weights, tiny_model_config
+from fspo_lite.models.lora_merge import merged_lora_weights
+from fspo_lite.models.policy import load_policy, tiny_model_config
 from fspo_lite.models.prompt_cache import prompt_positions
 from fspo_lite.rollout.decoding import decode, preallocate
 from fspo_lite.rollout.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,

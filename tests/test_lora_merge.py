@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from fspo_lite.config import RolloutConfig, load_config
-from fspo_lite.models.policy import load_policy, merged_lora_weights
+from fspo_lite.models.lora_merge import merged_lora_weights
+from fspo_lite.models.policy import load_policy
 from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
 
@@ -78,6 +79,23 @@ def test_greedy_rollout_is_the_same_with_the_adapter_merged(policy):
         engine = TransformersRollout(model, tokenizer, rollout)
         rollouts.append(engine.generate(prompts, 2, do_sample=False))
     assert torch.equal(rollouts[0].completion_ids, rollouts[1].completion_ids)
+
+
+def test_plain_lora_adapter_takes_only_scaling_times_b_of_a():
+    """The one check the merge and the packed decoding step share: DoRA and a LoRA bias are refused, per adapter."""
+    from peft import LoraConfig, get_peft_model
+
+    from fspo_lite.models.lora_merge import plain_lora_adapter
+    from fspo_lite.models.policy import load_model
+
+    def first_lora_layer(**options):
+        model = get_peft_model(load_model(load_config("configs/tiny.yaml").model),
+                               LoraConfig(r=4, target_modules=["q_proj"], **options))
+        return next(m for m in model.modules() if hasattr(m, "lora_A"))
+
+    assert plain_lora_adapter(first_lora_layer(), "default")
+    assert not plain_lora_adapter(first_lora_layer(use_dora=True), "default")
+    assert not plain_lora_adapter(first_lora_layer(lora_bias=True), "default")
 
 
 def test_layers_it_cannot_merge_keep_the_adapter_branch():

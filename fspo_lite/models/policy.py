@@ -346,53 +346,6 @@ def load_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inferenc
     return model, tokenizer
 
 
-def _lora_swaps(model) -> list[tuple[torch.nn.Linear, torch.Tensor, torch.Tensor]] | None:
-    """(base layer, its weight, weight + delta in the weight's dtype: peft keeps the delta in float32) for every
-    LoRA layer; None when some layer cannot be merged this way (quantized or non-linear base, DoRA or another
-    variant, a LoRA bias, merged already). Every layer is checked before any delta is computed."""
-    from peft.tuners.lora import LoraLayer
-
-    layers = []
-    for module in model.modules():
-        if not isinstance(module, LoraLayer):
-            continue
-        base = module.get_base_layer()
-        adapters = [a for a in module.active_adapters if a in module.lora_A]
-        plain = all(module.lora_variant.get(a) is None and not module.lora_bias.get(a, False) for a in adapters)
-        if (type(base) is not torch.nn.Linear or not base.weight.dtype.is_floating_point or module.merged
-                or not plain):
-            return None
-        if adapters:
-            layers.append((module, base, adapters))
-    return [(base, base.weight.data, (base.weight.data + sum(module.get_delta_weight(a) for a in adapters))
-             .to(base.weight.dtype).detach()) for module, base, adapters in layers]
-
-
-@contextlib.contextmanager
-def merged_lora_weights(model):
-    """Inside: every LoRA layer computes with W + delta in one matrix product and the adapter branch off.
-
-    Generation runs the adapter's two extra small products per projection and token otherwise
-    (13% of one SmolLM2 rollout on 2 CPU cores measured alone, 4% inside the benchmark's step). W itself is
-    never changed: the merged matrices are new tensors, swapped in and out, so the base weights (the
-    KL reference) stay bit-identical, unlike peft's in-place merge/unmerge. Costs one extra copy of the
-    adapted matrices while inside. Does nothing for models without LoRA or with layers it cannot
-    merge this way (4-bit bases, DoRA).
-    """
-    swaps = _lora_swaps(model) if hasattr(model, "disable_adapter") else None
-    if not swaps:
-        yield
-        return
-    try:
-        for base, _, merged in swaps:
-            base.weight.data = merged
-        with model.disable_adapter():
-            yield
-    finally:
-        for base, original, _ in swaps:
-            base.weight.data = original
-
-
 def trainable_parameter_count(model) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from fspo_lite.memory import blocks_from_the_os
+from fspo_lite.models.lora_merge import plain_lora_adapter
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """The causal LMs whose decoder layer is the one `LlamaStep` runs (pre-norm attention and SiLU MLP)."""
@@ -68,8 +69,7 @@ def _adapted_linear(module) -> tuple[torch.nn.Linear, list[tuple[torch.Tensor, t
         if name not in module.lora_A:
             continue
         down, up = module.lora_A[name], module.lora_B[name]
-        if (getattr(module, "lora_variant", {}).get(name) is not None or getattr(module, "use_dora", {}).get(name)
-                or getattr(module, "lora_bias", {}).get(name) or type(down) is not torch.nn.Linear
+        if (not plain_lora_adapter(module, name) or type(down) is not torch.nn.Linear
                 or type(up) is not torch.nn.Linear or down.bias is not None or up.bias is not None
                 or (module.training and not isinstance(module.lora_dropout[name], torch.nn.Identity))):
             return None

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fspo_lite.config import RolloutConfig
-from fspo_lite.models.policy import merged_lora_weights
+from fspo_lite.models.lora_merge import merged_lora_weights
 from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
                                            shared_prefix_prefill, shared_prompt_pass)
 from fspo_lite.rollout.decoding import decode, plain_sampling

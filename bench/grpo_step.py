@@ -1,6 +1,7 @@
 """Benchmark: one fspo-lite training step against one step of TRL's GRPOTrainer, side by side on CPU.
 
     python bench/grpo_step.py [--models smollm2-135m,tiny] [--steps 5] [--warmup 1] [--overhead-steps 3]
+                              [--set rollout.packed_weights=false ...]
     make bench-cpu            # installs the `bench` extra (TRL) first
 
 Each trainer lives in its own worker process; the coordinator alternates one step of each, so
@@ -84,6 +85,9 @@ class BenchSettings:
     `fspo_lite.memory`), so both sides allocate alike; off by default: TRL as a user runs it."""
     device: str = "cpu"
     """cpu (peak RSS) or cuda (peak allocated GPU memory; TRL without vLLM on the GPU too)."""
+    fspo_settings: list[str] = field(default_factory=list)
+    """fspo-lite's side only: config settings KEY=VALUE on top of the shared ones (--set), for an A/B of one knob
+    that changes no work, e.g. rollout.packed_weights=false."""
 
     @property
     def responses(self) -> int:
@@ -201,7 +205,7 @@ def init_worker(settings: BenchSettings) -> None:
 
 # ---- the two sides -----------------------------------------------------------------------------------
 def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = None):
-    from fspo_lite.config import load_config
+    from fspo_lite.config import load_config, parse_overrides
 
     return load_config(overrides={
         "model.name": settings.model, "model.lora": True, "model.lora_r": settings.lora_r,
@@ -214,7 +218,8 @@ def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = N
         "train.prompts_per_step": settings.prompts_per_step, "train.micro_batch_size": settings.micro_batch_size,
         "train.learning_rate": settings.learning_rate, "train.beta": settings.beta,
         "train.ppo_epochs": settings.ppo_epochs, "train.loss_aggregation": "token-mean",
-        "train.seed": settings.seed, "train.output_dir": output_dir, "train.steps": 10**6, **(extra or {}),
+        "train.seed": settings.seed, "train.output_dir": output_dir, "train.steps": 10**6,
+        **parse_overrides(settings.fspo_settings), **(extra or {}),
     })
 
 
@@ -488,8 +493,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="TRL's worker sets the malloc options fspo-lite's trainer sets (train.keep_freed_memory)")
     parser.add_argument("--omp-wait-policy", choices=OMP_WAIT_POLICIES, default="default",
                         help="both workers' OMP_WAIT_POLICY (default: the environment's, libgomp's own when unset)")
+    parser.add_argument("--set", dest="fspo_settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="fspo-lite's side only: a config setting that changes no work (repeatable), e.g. "
+                             "rollout.packed_weights=false")
     parser.add_argument("--out", default=None, help="append the results as one JSON line to this file")
     args = parser.parse_args(argv)
+    from fspo_lite.config import ConfigError, parse_overrides
+
+    try:
+        parse_overrides(args.fspo_settings)  # an unknown key or a bad value stops here, before any worker starts
+    except ConfigError as error:
+        parser.error(f"--set: {error}")
     if args.omp_wait_policy != "default":  # read by each spawned worker's OpenMP runtime when torch loads there
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     wait_policy = omp_wait_policy()
@@ -499,7 +513,7 @@ def main(argv: list[str] | None = None) -> None:
     for model in args.models.split(","):
         settings = BenchSettings(model=model, max_new_tokens=args.max_new_tokens, beta=args.beta, device=args.device,
                                  threads=args.threads, verifier=args.verifier, sampler_dtype=args.sampler_dtype,
-                                 trl_keep_freed_memory=args.trl_keep_freed_memory)
+                                 trl_keep_freed_memory=args.trl_keep_freed_memory, fspo_settings=args.fspo_settings)
         results[model] = run_model(settings, args.steps, args.warmup, args.overhead_steps)
         print(report(model, results[model]), flush=True)
     if args.out:

@@ -40,7 +40,7 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     out = tmp_path / "grpo_step.jsonl"
     stdout = run("bench/grpo_step.py", "--models", "tiny", "--steps", "1", "--warmup", "0", "--overhead-steps", "1",
                  "--max-new-tokens", "4", "--threads", "1", "--trl-keep-freed-memory", "--omp-wait-policy", "active",
-                 "--out", str(out))
+                 "--set", "rollout.packed_weights=false", "--out", str(out))
     line = json.loads(out.read_text())
     result = line["results"]["tiny"]
     # asked for ACTIVE over the environment's PASSIVE (run() sets it): both workers were started with it
@@ -56,6 +56,14 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     assert result["versions"]["trl"]
     assert result["trl"]["keep_freed_memory"] is sys.platform.startswith("linux")  # glibc here; asked for
     assert stdout.splitlines()[-1].startswith("RATIOS tiny: time ")
+    assert result["settings"]["fspo_settings"] == ["rollout.packed_weights=false"]  # recorded with the figures
+
+
+def test_grpo_step_refuses_an_unknown_setting_before_any_worker_starts():
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / "grpo_step.py"), "--set", "rollout.packd=false"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--set:" in result.stderr and "rollout.packd" in result.stderr
+    assert "machine:" not in result.stdout  # stopped before the run's first line
 
 
 def test_step_profile_runs():

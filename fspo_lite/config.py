@@ -123,12 +123,13 @@ class RolloutConfig:
     as transformers' generate draws, so that a seed gives generate's tokens. Both sample the same distribution, and
     both keep a run's tokens when the probabilities move in their last bits (another CPU); for 16 rows of SmolLM2's
     49,152-token vocabulary a draw takes about 4.6 ms against 18 ms (docs/performance.md, "The token draw")."""
-    packed_weights: bool = True
+    packed_weights: bool | None = None
     """transformers engine's decoding loop (drop_ended_rows), float32 weights on the CPU, a torch built with MKL
     (x86): run the decoding steps' matrix products on a copy of the weights packed once into MKL's own layout and
-    kept for the run, which MKL reads faster at a decoding step's few rows; a LoRA adapter then stays unmerged, its
-    two small products beside the packed one (merge_lora_for_generation is not used). On a 2-core Xeon the decoding
-    products took 0.56-0.90x their time at 4-16 rows (`bench/packed_linear.py`, docs/performance.md). The logits
+    kept for the run; a LoRA adapter then stays unmerged, its two small products beside the packed one
+    (merge_lora_for_generation is not used). null (default): on for Intel CPUs, off for the others, as measured on 2
+    cores: on a Xeon the decoding products took 0.56-0.90x their time at 4-16 rows, on an AMD EPYC (Zen 5)
+    1.12-1.38x at 8-32 rows (`bench/packed_linear.py`, docs/performance.md); true or false force it. The logits
     move in their last bits (MKL sums some products in another order), so a seed can draw other tokens than with
     false, which gives the model's own logits bit for bit. Costs one packed copy of the float32 weights for as long as the
     engine lives (0.54 GB for SmolLM2-135M); ignored elsewhere (GPU, bfloat16, 4-bit, no MKL, other architectures
@@ -558,7 +559,11 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _coerce(value, inner[0], where)
+        try:
+            return _coerce(value, inner[0], where)
+        except ConfigError as error:  # say that null is allowed too: "expected true/false or null, got 'maybe'"
+            raise ConfigError(str(error).replace(", got ", " or null, got ", 1) if type(None) in args
+                              else str(error)) from None
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {_shown(value)}")

@@ -31,7 +31,9 @@ def test_unknown_key_lists_valid_keys():
     "values, message",
     [({"train": {"steps": "many"}}, "integer"), ({"train": {"steps": 2.5}}, "integer"),
      ({"model": {"lora": "maybe"}}, "true/false"), ({"train": {"beta": [1]}}, "number"),
-     ({"train": 3}, "section"), ({"model": {"name": 5}}, "string")],
+     ({"train": 3}, "section"), ({"model": {"name": 5}}, "string"),
+     ({"rollout": {"packed_weights": "maybe"}}, r"packed_weights: expected true/false or null, got 'maybe'$"),
+     ({"train": {"steps": "x"}}, r"expected an integer, got 'x'$")],
 )
 def test_wrong_types_are_errors(values, message):
     with pytest.raises(ConfigError, match=message):

@@ -11,8 +11,10 @@ from fspo_lite.models.lora_merge import merged_lora_weights
 from fspo_lite.models.policy import load_policy, tiny_model_config
 from fspo_lite.models.prompt_cache import prompt_positions
 from fspo_lite.rollout.decoding import decode, preallocate
+from fspo_lite.rollout import llama_step as llama_step_module
 from fspo_lite.rollout.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,
-                                          mkl_packing_available, packing_applies, weight_packs_for)
+                                          mkl_packing_available, packing_applies, vendor_from_cpuinfo,
+                                          wants_packed_weights, weight_packs_for)
 from fspo_lite.rollout.sampling import Sampling
 
 
@@ -243,3 +245,51 @@ def test_the_engines_of_one_model_share_kept_packs_and_give_the_same_greedy_toke
     other.generate(["one two three"], 1, do_sample=False)
     assert all(weight_packs_for(policy)._packs[k][3] is v[3] for k, v in kept.items())  # the same packs again
     assert texts[True] == texts[False]
+
+
+INTEL_CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n\nprocessor\t: 1\nvendor_id\t: GenuineIntel\n"
+
+
+@pytest.mark.parametrize("text, vendor", [
+    (INTEL_CPUINFO, "GenuineIntel"),
+    ("processor : 0\nvendor_id : AuthenticAMD\nflags : avx2 vendor_id\n", "AuthenticAMD"),
+    ("vendor_id\t: first\nvendor_id\t: second\n", "first"),  # the first one counts
+    ("", None),                                                    # empty
+    ("vendor_id\t:\nvendor_id\t:   \n", None),                   # named but blank
+    ("vendor_id GenuineIntel\nmodel name: vendor_id: x\n", None),  # no colon after the key; the key elsewhere
+    ("\x00\ufffd\ufffd: :\n:::\n", None),                         # garbage
+    ("Processor\t: ARMv7 Processor rev 4 (v7l)\nCPU implementer\t: 0x41\n", None),  # an ARM board
+])
+def test_vendor_from_cpuinfo(text, vendor):
+    assert vendor_from_cpuinfo(text) == vendor
+
+
+def test_packed_weights_default_packs_on_intel_only_and_true_or_false_force_it(monkeypatch):
+    for vendor, default in (("GenuineIntel", True), ("AuthenticAMD", False), (None, False)):
+        monkeypatch.setattr(llama_step_module, "cpu_vendor", lambda vendor=vendor: vendor)
+        assert wants_packed_weights(None) is default
+        assert wants_packed_weights(True) is True and wants_packed_weights(False) is False
+
+
+def test_the_default_engine_packs_by_the_vendor_rule(monkeypatch):
+    """rollout.packed_weights=null through TransformersRollout: packs made for the bundled model on an 'Intel' CPU,
+    none on an 'AMD' one (merged LoRA copies instead), and the same greedy tokens either way."""
+    from fspo_lite.config import RolloutConfig, load_config
+    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+
+    if not mkl_packing_available():
+        pytest.skip("this torch has no MKL packed product")
+    config = load_config("configs/tiny.yaml", ["model.name=smollm2-135m", "model.lora=true"])
+    policy, tokenizer = load_policy(config.model)
+    made = []
+    real = llama_step_module.weight_packs_for
+    monkeypatch.setattr("fspo_lite.rollout.transformers_rollout.weight_packs_for",
+                        lambda model: made.append(model) or real(model))
+    tokens = {}
+    for vendor in ("GenuineIntel", "AuthenticAMD"):
+        monkeypatch.setattr(llama_step_module, "cpu_vendor", lambda vendor=vendor: vendor)
+        engine = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=6), progress=False)
+        tokens[vendor] = engine.generate(["The capital of France is"], num_samples=2, do_sample=False).completion_ids
+        assert len(made) == 1  # packed for the Intel run only
+    assert torch.equal(tokens["GenuineIntel"], tokens["AuthenticAMD"])
+

@@ -23,7 +23,7 @@ from fspo_lite.models.lora_merge import merged_lora_weights
 from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
                                            shared_prefix_prefill, shared_prompt_pass)
 from fspo_lite.rollout.decoding import decode, plain_sampling
-from fspo_lite.rollout.llama_step import packing_applies, weight_packs_for
+from fspo_lite.rollout.llama_step import packing_applies, wants_packed_weights, weight_packs_for
 from fspo_lite.rollout.sampling import Engine
 
 
@@ -141,8 +141,9 @@ class TransformersRollout(Engine):
         own_loop = self.rollout.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
             getattr(model, "generation_config", None))
         # packed weights: the adapter stays on and is not merged into copies (the packs hold the base weights)
-        packs = weight_packs_for(model) if (own_loop and self.rollout.packed_weights and self.fast_steps
-                                            and self.preallocate_cache and packing_applies(model)) else None
+        packed = (own_loop and self.fast_steps and self.preallocate_cache
+                  and wants_packed_weights(self.rollout.packed_weights))
+        packs = weight_packs_for(model) if packed and packing_applies(model) else None
         merge = self.rollout.merge_lora_for_generation and packs is None
         with merged_lora_weights(model) if merge else contextlib.nullcontext():
             for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):

@@ -507,8 +507,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.omp_wait_policy != "default":  # read by each spawned worker's OpenMP runtime when torch loads there
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     wait_policy = omp_wait_policy()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"python {platform.python_version()}, OMP_WAIT_POLICY {wait_policy}", flush=True)
+    from fspo_lite.scoring.verifiers.cli import machine_description
+
+    print(f"machine: {machine_description()}, python {platform.python_version()}, OMP_WAIT_POLICY {wait_policy}",
+          flush=True)
     results = {}
     for model in args.models.split(","):
         settings = BenchSettings(model=model, max_new_tokens=args.max_new_tokens, beta=args.beta, device=args.device,
@@ -519,6 +521,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         with open(args.out, "a") as handle:
             handle.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                     "machine": machine_description(),
                                      "omp_wait_policy": wait_policy, "results": results}) + "\n")
     print(summary_line(results), flush=True)
 

@@ -57,6 +57,7 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     assert result["trl"]["keep_freed_memory"] is sys.platform.startswith("linux")  # glibc here; asked for
     assert stdout.splitlines()[-1].startswith("RATIOS tiny: time ")
     assert result["settings"]["fspo_settings"] == ["rollout.packed_weights=false"]  # recorded with the figures
+    assert line["machine"].endswith(f", {os.cpu_count()} cores") and stdout.startswith(f"machine: {line['machine']}")
 
 
 def test_grpo_step_refuses_an_unknown_setting_before_any_worker_starts():
@@ -250,3 +251,22 @@ def test_prompt_prefix_times_the_packed_weights():
     stdout = run("bench/prompt_prefix.py", "--model", "tiny", "--questions", "2", "--samples", "2", "--tokens", "4",
                  "--repeats", "1", "--setting", "packed_weights", "--temperature", "0.7", "--min-new-tokens", "4")
     assert "packed_weights, 2 prompts x 2 samples x 4 tokens" in stdout
+
+
+@pytest.mark.parametrize("text, described", [
+    ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\nmodel name\t: AMD EPYC\n"
+     "flags\t\t: fpu avx2 avx512f avx512_bf16 avx_vnni\n\nprocessor\t: 1\nmodel name\t: other\n",
+     "AMD EPYC (family 26, model 2; avx2, avx512f, avx512_bf16)"),
+    ("model name\t: Intel(R) Xeon(R) Processor\nflags\t: amx_bf16 avx2 avx512_bf16 avx512f amx_tile\n",
+     "Intel(R) Xeon(R) Processor (avx2, avx512f, avx512_bf16, amx_bf16)"),  # the table's order, not the file's
+    ("model name\t: Old CPU\nflags\t: sse2\n", "Old CPU"),
+    ("cpu family\t: 6\n", "family 6"),
+    ("", ""),
+    ("\x00garbage without colons\n:::\nmodel name:\n", ""),
+])
+def test_cpu_from_cpuinfo(text, described):
+    """The CPU line every benchmark prints and records (family and model tell the EPYC machines apart)."""
+    from fspo_lite.scoring.verifiers.cli import cpu_from_cpuinfo
+
+    assert cpu_from_cpuinfo(text) == described
+

@@ -65,7 +65,7 @@ class _Context:
 
         self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
         # the evaluation's own length, temperature and batch size with the rollout section's top_p; the engine
-        # switches keep their defaults (all on), whatever the rollout section says
+        # switches keep their defaults (on; packed weights by the CPU's vendor), whatever the rollout section says
         sampling = RolloutConfig(max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
                                  top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size)
         self.engine = TransformersRollout(model, tokenizer, sampling, config.data.max_prompt_tokens, progress=progress)

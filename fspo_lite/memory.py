@@ -14,12 +14,16 @@ until it exits (a throwaway step script's peak RSS grew by about 0.2 GB).
 It changes no number: only where memory comes from. It does nothing (returns False) off Linux, without glibc, or
 when mallopt refuses a value.
 
-`blocks_from_the_os` is for buffers made once and kept (the decoding loop's packed weights,
-`fspo_lite.rollout.llama_step.WeightPacks`): inside it, while `keep_freed_memory` is in force, blocks of 1 MiB and
-more get their own mapping again, handed back to the OS when freed. MKL asks for 2-9 times a packed weight's size
-and writes only the weight's size; in the heap, the training step's tensors would later land on the unwritten rest
-and make it resident, so that the process's peak crept up from step to step (docs/performance.md, "Packed weights
-for decoding").
+`blocks_from_the_os` and `made_apart` are for buffers made once and kept (the decoding loop's packed weights,
+`fspo_lite.rollout.llama_step.WeightPacks`). MKL asks for 2-9 times a packed weight's size and writes only the
+weight's size. In the kept heap such a buffer takes resident memory that the training step would reuse, all of it:
+the step then grows the heap by as much again. Inside `blocks_from_the_os`, while `keep_freed_memory` is in force,
+blocks of 1 MiB and more get their own mapping when the heap has to grow, handed back to the OS when freed. But
+malloc serves a block from the heap's free space first, whatever its mmap threshold, so `made_apart` also runs the
+making in a short-lived thread of its own: glibc gives a new thread another malloc arena than the main thread's, so
+the buffer lands on fresh pages, of which only those written become resident. Measured on the lite job's first two
+runs (notebook 03 shortened): the peak resident memory 4.6 GB with the packs in the main thread, against 3.0 GB
+without packs (docs/performance.md, "Packed weights for decoding").
 """
 
 from __future__ import annotations
@@ -28,6 +32,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import platform
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
 """glibc's mallopt parameter numbers (malloc.h)."""
@@ -75,3 +84,29 @@ def blocks_from_the_os(threshold: int = 1 << 20):
         yield
     finally:
         mallopt(M_MMAP_THRESHOLD, SETTINGS[M_MMAP_THRESHOLD])
+
+
+def made_apart(make: Callable[[], T]) -> T:
+    """`make()`, called in a thread of its own while `keep_freed_memory` is in force (else here), inside
+    `blocks_from_the_os`: what it allocates comes from another malloc arena than the main thread's kept heap, on fresh
+    pages. Its exception, if any, is raised here. Torch's grad mode is per thread: the new thread computes with
+    autograd off, as the packing does."""
+    if not _KEPT[0]:
+        return make()
+    outcome: dict[str, object] = {}
+
+    def run() -> None:
+        import torch  # this module itself needs no torch
+
+        try:
+            with blocks_from_the_os(), torch.no_grad():
+                outcome["value"] = make()
+        except BaseException as error:  # raised again in the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="fspo-lite-kept-buffers")
+    thread.start()
+    thread.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]

@@ -282,3 +282,37 @@ def test_the_trainer_update_is_the_same_with_the_faster_passes_on_or_off(tmp_pat
         assert (faster_weights[name] - weight).norm() <= 1e-5 * weight.norm(), name
     start = {n: torch.linspace(-0.05, 0.05, w.numel()).view_as(w) for n, w in plain_weights.items() if "lora_B" in n}
     assert all(not torch.equal(faster_weights[n], w) for n, w in start.items())  # the step moved every B
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_packed_weights_land_outside_the_kept_heap_even_when_it_has_room():
+    """With freed memory kept and 800 MB of resident free space in the heap, packing SmolLM2's output layer (113 MB)
+    takes fresh pages (its written part becomes resident) instead of taking that free space, which the training step
+    would otherwise have to grow the heap to get back (fspo_lite.memory.made_apart). Made in the main thread, as
+    before the fix, the pack would cost about 1 MB of new resident memory here."""
+    from fspo_lite.rollout.llama_step import mkl_packing_available
+
+    if not mkl_packing_available():
+        pytest.skip("this torch has no MKL packed product")
+    script = textwrap.dedent("""
+        import resource, torch
+        from fspo_lite.memory import keep_freed_memory
+        from fspo_lite.rollout.llama_step import WeightPacks
+        assert keep_freed_memory()
+        def resident():
+            with open("/proc/self/statm") as statm:
+                return int(statm.read().split()[1]) * resource.getpagesize() >> 20
+        free_space = torch.ones(200_000_000)  # 800 MB, every page touched, then freed into the kept heap
+        del free_space
+        weight = torch.randn(49152, 576)
+        before = resident()
+        _, packed = WeightPacks().get([weight], rows=8)
+        x = torch.randn(8, 576)
+        same = torch.allclose(torch.ops.mkl._mkl_linear(x, packed, weight, None, 8), x @ weight.T, atol=1e-4)
+        print(resident() - before, weight.nbytes >> 20, same)
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0, result.stderr
+    grown, weight_mb, same = result.stdout.split()
+    assert int(grown) >= 0.8 * int(weight_mb) and same == "True", result.stdout

@@ -34,7 +34,7 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from fspo_lite.memory import blocks_from_the_os
+from fspo_lite.memory import made_apart
 from fspo_lite.models.lora_merge import plain_lora_adapter
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
@@ -202,9 +202,12 @@ class WeightPacks:
         if kept is not None and kept[0] == versions and all(ref() is w for ref, w in zip(kept[1], weights)):
             return kept[2], kept[3]
         self._packs = {k: v for k, v in self._packs.items() if all(ref() is not None for ref in v[1])}  # gone weights
-        with blocks_from_the_os():  # kept for the run: not in the heap the training step reuses (fspo_lite.memory)
+        def make() -> tuple[torch.Tensor, torch.Tensor]:
             joined = weights[0].detach() if len(weights) == 1 else torch.cat([w.detach() for w in weights])
-            packed = torch.ops.mkl._mkl_reorder_linear_weight(joined.contiguous(), max(1, rows))
+            return joined, torch.ops.mkl._mkl_reorder_linear_weight(joined.contiguous(), max(1, rows))
+
+        # kept for the run: not in the heap the training step reuses (fspo_lite.memory)
+        joined, packed = made_apart(make)
         weight = joined if len(weights) == 1 else joined.new_zeros(()).expand(joined.shape)
         self._packs[key] = (versions, [weakref.ref(w) for w in weights], weight, packed)
         return weight, packed

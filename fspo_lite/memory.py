@@ -21,9 +21,9 @@ the step then grows the heap by as much again. Inside `blocks_from_the_os`, whil
 blocks of 1 MiB and more get their own mapping when the heap has to grow, handed back to the OS when freed. But
 malloc serves a block from the heap's free space first, whatever its mmap threshold, so `made_apart` also runs the
 making in a short-lived thread of its own: glibc gives a new thread another malloc arena than the main thread's, so
-the buffer lands on fresh pages, of which only those written become resident. Measured on the lite job's first two
-runs (notebook 03 shortened): the peak resident memory 4.6 GB with the packs in the main thread, against 3.0 GB
-without packs (docs/performance.md, "Packed weights for decoding").
+the buffer lands on fresh pages, of which only those written become resident. Measured on a shortened lite job
+(notebook 03: two runs of two steps): a peak of 4.6 GB resident with the packs made in the main thread, 3.7 GB with
+them made apart, 3.0 GB without packs (docs/performance.md, "Packed weights on an AMD EPYC").
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from fspo_lite.data.examples import load_examples  # noqa: E402
 from fspo_lite.evaluation import load_eval_model  # noqa: E402
 from fspo_lite.data.prompts import prompt_text  # noqa: E402
 from fspo_lite.rollout.transformers_rollout import TransformersRollout  # noqa: E402
-from fspo_lite.scoring.verifiers.cli import machine_description  # noqa: E402
+from fspo_lite.machine import machine_description  # noqa: E402
 
 
 def tokens_per_second(model, tokenizer, prompts: list[str], batch_size: int, tokens: int) -> tuple[float, int, float]:

@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.omp_wait_policy != "default":  # read by each spawned worker's OpenMP runtime when torch loads there
         os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
     wait_policy = omp_wait_policy()
-    from fspo_lite.scoring.verifiers.cli import machine_description
+    from fspo_lite.machine import machine_description
 
     print(f"machine: {machine_description()}, python {platform.python_version()}, OMP_WAIT_POLICY {wait_policy}",
           flush=True)

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from fspo_lite.config import ModelConfig
     from fspo_lite.models.policy import load_model, load_tokenizer
     from fspo_lite.scoring.verifiers import LikelihoodVerifier
-    from fspo_lite.scoring.verifiers.cli import machine_description
+    from fspo_lite.machine import machine_description
 
     rows = [json.loads(line) for line in (ROOT / "data" / "gold_sentences.jsonl").read_text().splitlines() if line]
     rows = rows[: args.limit]

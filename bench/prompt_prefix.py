@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from fspo_lite.models.policy import load_policy
     from fspo_lite.data.prompts import prompt_text
     from fspo_lite.rollout.transformers_rollout import TransformersRollout
-    from fspo_lite.scoring.verifiers.cli import machine_description
+    from fspo_lite.machine import machine_description
 
     if args.threads:
         torch.set_num_threads(args.threads)

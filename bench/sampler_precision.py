@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     from fspo_lite.models.logprobs import completion_logprobs
     from fspo_lite.models.policy import load_policy
     from fspo_lite.rollout.transformers_rollout import TransformersRollout
-    from fspo_lite.scoring.verifiers.cli import machine_description
+    from fspo_lite.machine import machine_description
 
     torch.set_num_threads(args.threads)
     model, tokenizer = load_policy(ModelConfig(name=args.model, lora=False), for_training=False)

@@ -120,7 +120,7 @@ def main() -> int:
     from fspo_lite.update.trainer import Trainer
     from fspo_lite.data.training_set import load_training_examples
     from fspo_lite.scoring.verifiers import build_verifier
-    from fspo_lite.scoring.verifiers.cli import machine_description
+    from fspo_lite.machine import machine_description
 
     profile = load_profile(args.profile)
     params = notebook03_parameters(profile)

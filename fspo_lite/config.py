@@ -561,9 +561,11 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         inner = [a for a in args if a is not type(None)]
         try:
             return _coerce(value, inner[0], where)
-        except ConfigError as error:  # say that null is allowed too: "expected true/false or null, got 'maybe'"
-            raise ConfigError(str(error).replace(", got ", " or null, got ", 1) if type(None) in args
-                              else str(error)) from None
+        except ConfigError as error:
+            if type(None) not in args:
+                raise
+            # say that null is allowed too: "expected true/false or null, got 'maybe'"
+            raise ConfigError(str(error).replace(", got ", " or null, got ", 1)) from None
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {_shown(value)}")

@@ -266,7 +266,7 @@ def test_prompt_prefix_times_the_packed_weights():
 ])
 def test_cpu_from_cpuinfo(text, described):
     """The CPU line every benchmark prints and records (family and model tell the EPYC machines apart)."""
-    from fspo_lite.scoring.verifiers.cli import cpu_from_cpuinfo
+    from fspo_lite.machine import cpu_description, cpuinfo_fields
 
-    assert cpu_from_cpuinfo(text) == described
+    assert cpu_description(cpuinfo_fields(text)) == described
 

@@ -13,8 +13,9 @@ from fspo_lite.models.prompt_cache import prompt_positions
 from fspo_lite.rollout.decoding import decode, preallocate
 from fspo_lite.rollout import llama_step as llama_step_module
 from fspo_lite.rollout.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,
-                                          mkl_packing_available, packing_applies, vendor_from_cpuinfo,
-                                          wants_packed_weights, weight_packs_for)
+                                          mkl_packing_available, packing_applies, wants_packed_weights,
+                                          weight_packs_for)
+from fspo_lite.machine import cpuinfo_fields
 from fspo_lite.rollout.sampling import Sampling
 
 
@@ -261,7 +262,7 @@ INTEL_CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\n\np
     ("Processor\t: ARMv7 Processor rev 4 (v7l)\nCPU implementer\t: 0x41\n", None),  # an ARM board
 ])
 def test_vendor_from_cpuinfo(text, vendor):
-    assert vendor_from_cpuinfo(text) == vendor
+    assert cpuinfo_fields(text).get("vendor_id") == vendor
 
 
 def test_packed_weights_default_packs_on_intel_only_and_true_or_false_force_it(monkeypatch):

@@ -102,7 +102,7 @@ def machine() -> str:
     differ between CPUs, so a study whose runs were made on several machines says which made which."""
     import torch
 
-    from fspo_lite.scoring.verifiers.cli import machine_description
+    from fspo_lite.machine import machine_description
 
     return f"{machine_description()}, torch CPU capability {torch.backends.cpu.get_cpu_capability()}"
 

@@ -28,12 +28,12 @@ weights on the CPU, a torch built with MKL (x86), plain LoRA adapters (no DoRA o
 
 from __future__ import annotations
 
-import functools
 import weakref
 
 import torch
 import torch.nn.functional as F
 
+from fspo_lite.machine import cpu_vendor
 from fspo_lite.memory import made_apart
 from fspo_lite.models.lora_merge import plain_lora_adapter
 
@@ -145,25 +145,6 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     variance = x.pow(2).mean(-1, keepdim=True)
     x = x * torch.rsqrt(variance + eps)
     return weight * x.to(dtype)
-
-
-def vendor_from_cpuinfo(text: str) -> str | None:
-    """The first `vendor_id` of a /proc/cpuinfo text (e.g. GenuineIntel, AuthenticAMD); None when it names none."""
-    for line in text.splitlines():
-        key, colon, value = line.partition(":")
-        if colon and key.strip() == "vendor_id" and value.strip():
-            return value.strip()
-    return None
-
-
-@functools.cache
-def cpu_vendor() -> str | None:
-    """This machine's x86 vendor from /proc/cpuinfo (Linux); None elsewhere or when it cannot be read."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            return vendor_from_cpuinfo(handle.read())
-    except OSError:
-        return None
 
 
 def wants_packed_weights(setting: bool | None) -> bool:

@@ -3,49 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
 import time
 from pathlib import Path
 
+from fspo_lite.machine import machine_description
 from fspo_lite.models.policy import ModelLoadError
 from fspo_lite.scoring.verifiers.benchmark import (GOLD_SET, ShortClaimBaseline, halueval_file, load_gold,
                                                    load_halueval, results_json, results_table, run_benchmark)
-
-
-CPU_FLAGS_SHOWN = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-"""The CPU flags that decide which matrix kernels run (docs/performance.md, "The CPUs")."""
-
-
-def cpu_from_cpuinfo(text: str) -> str:
-    """'model name (family F, model M; flags)' from a /proc/cpuinfo text, the flags limited to CPU_FLAGS_SHOWN;
-    what it cannot find is left out ('' when nothing)."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        key, colon, value = line.partition(":")
-        if colon and key.strip() not in fields:
-            fields[key.strip()] = value.strip()
-    flags = set(fields.get("flags", "").split())
-    details = [f"{name} {fields[key]}" for name, key in (("family", "cpu family"), ("model", "model")) if fields.get(key)]
-    shown = [flag for flag in CPU_FLAGS_SHOWN if flag in flags]
-    inside = ", ".join(details) + ("; " if details and shown else "") + ", ".join(shown)
-    name = fields.get("model name", "")
-    return f"{name} ({inside})" if name and inside else name or inside
-
-
-def machine_description() -> str:
-    """CPU model, family, model number and matrix flags, and the core count (and the GPU when torch sees one), for
-    a benchmark's header."""
-    import torch
-
-    model = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            model = cpu_from_cpuinfo(handle.read())
-    except OSError:
-        pass
-    gpu = f", GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{model or platform.processor() or platform.machine()}, {os.cpu_count()} cores{gpu}"
 
 
 def benchmark_command(config, names: list[str], limit: int | None, train_limit: int, gold: str | None,

@@ -152,7 +152,7 @@ def wants_packed_weights(setting: bool | None) -> bool:
 
     MKL's packed product read SmolLM2's weights faster than `F.linear` at a decoding step's 4-16 rows on a Xeon
     (0.56-0.90x the time) and slower on an AMD EPYC (Zen 5: 1.12-1.38x at 8-32 rows), where the benchmark's
-    generation took 6.11 s packed against 5.21 s (docs/performance.md, "Packed weights for decoding"). A rule by
+    generation took 6.11 s packed against 5.21 s (docs/performance.md, "Packed weights on an AMD EPYC"). A rule by
     vendor rather than a timing at start-up, so that one machine always decodes the same way."""
     return cpu_vendor() == "GenuineIntel" if setting is None else bool(setting)
 

@@ -35,6 +35,7 @@ sys.path[:0] = [str(ROOT)]
 
 from fspo_lite import config as config_module  # noqa: E402
 from fspo_lite.config import Config, load_config  # noqa: E402
+from fspo_lite.jsonl import read_jsonl  # noqa: E402
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError")
 HOSTILE_NUMBERS = [".nan", ".inf", "-.inf", "1e20", "-1"]
@@ -323,7 +324,7 @@ def checkpoint_cases(folder: Path) -> list[tuple[str, str, str]]:
     def second_run():
         with contextlib.redirect_stdout(io.StringIO()):
             Trainer(config(run, "train.steps=2"), copy.deepcopy(base[0]), base[1], examples, progress=False).train()
-        steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+        steps = [row["step"] for row in read_jsonl(run / "metrics.jsonl")]
         if len(steps) != len(set(steps)):
             raise AssertionError(f"metrics.jsonl steps {steps}")
 

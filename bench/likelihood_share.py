@@ -13,7 +13,6 @@ sentences run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
@@ -43,9 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     from fspo_lite.config import ModelConfig
     from fspo_lite.models.policy import load_model, load_tokenizer
     from fspo_lite.scoring.verifiers import LikelihoodVerifier
+    from fspo_lite.jsonl import read_jsonl
     from fspo_lite.machine import machine_description
 
-    rows = [json.loads(line) for line in (ROOT / "data" / "gold_sentences.jsonl").read_text().splitlines() if line]
+    rows = read_jsonl(ROOT / "data" / "gold_sentences.jsonl")
     rows = rows[: args.limit]
     evidence, sentences = [r["evidence"] for r in rows], [r["sentence"] for r in rows]
     model, tokenizer = load_model(ModelConfig(name=args.model, lora=False)), load_tokenizer(args.model)

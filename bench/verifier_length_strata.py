@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fspo_lite.data.files import local_path  # noqa: E402
+from fspo_lite.jsonl import read_jsonl  # noqa: E402
 from fspo_lite.scoring.verifiers.benchmark import halueval_claim  # noqa: E402
 from fspo_lite.scoring.verifiers.lexical import LexicalVerifier  # noqa: E402
 from fspo_lite.scoring.verifiers.quality import auroc  # noqa: E402
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = Path(args.data_file) if args.data_file else (local_path("halueval_qa_test")
                                                          or ROOT / "data" / "halueval_qa_sample.jsonl")
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()][: args.limit]
+    rows = read_jsonl(path)[: args.limit]
     print(f"{len(rows)} rows of {path.name}")
     scores = LexicalVerifier().score([r["knowledge"] for r in rows],
                                      [halueval_claim(r["question"], r["candidate"]) for r in rows],

@@ -988,7 +988,8 @@ def build_truthfulqa_sample(source: str | Path, out_dir: str | Path, size: int =
                             seed: int = 0) -> dict[str, Any]:
     """Write truthfulqa_sample.jsonl: `size` questions of the 817-question TruthfulQA file drawn with
     random.Random(seed), kept in their original order, fields as in the source (Apache-2.0)."""
-    rows = [json.loads(line) for line in Path(source).read_text(encoding="utf-8").splitlines() if line.strip()]
+    with open(source, encoding="utf-8") as handle:  # a file's lines break at "\n" only, never inside a string
+        rows = [json.loads(line) for line in handle if line.strip()]
     for index, row in enumerate(rows):
         missing = [k for k in TRUTHFULQA_KEYS if k not in row]
         if missing:

@@ -203,6 +203,20 @@ def test_study_cells_and_statistics_by_hand(tmp_path):
     assert row["strata"] == 1 and row["diff"] == pytest.approx(0.5)
 
 
+def test_study_reads_records_whose_answers_hold_unicode_line_separators(tmp_path):
+    """The harness writes records.jsonl with ensure_ascii=False, so a sampled U+2028 / U+2029 / U+0085 stays raw;
+    the report once split lines there and failed on the whole runs folder (a 4-step lite run hit it)."""
+    from fspo_lite.drivers.report import load_responses
+
+    root = _study_runs(tmp_path)
+    path = root / "grpo_s0" / "eval" / "records.jsonl"
+    rows = [json.loads(line) for line in path.read_text().split("\n") if line]
+    rows[0]["output"] = "<think>Paris\u2028is\u2029the capital\x85.</think>"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    responses = load_responses(root)
+    assert len(responses[(responses.method == "grpo") & (responses.seed == 0)]) == 4
+
+
 def test_study_report_files_and_goal(tmp_path):
     from fspo_lite.drivers.report import Bootstrap, Study, study_report
 

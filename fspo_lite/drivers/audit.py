@@ -23,6 +23,7 @@ from typing import Sequence
 
 from fspo_lite.data.labeling import LABEL_VALUES, SentenceItem, load_items, save_items
 from fspo_lite.drivers.report.study import judge_labels
+from fspo_lite.jsonl import read_jsonl
 
 
 def collect_sentences(runs_dir: str | Path, methods: Sequence[str], qa: str = "kbqa") -> dict[str, list[dict]]:
@@ -35,8 +36,7 @@ def collect_sentences(runs_dir: str | Path, methods: Sequence[str], qa: str = "k
         info = json.loads(path.read_text())
         if info.get("method") not in pools or not (path.parent / "eval" / "records.jsonl").exists():
             continue
-        for line in (path.parent / "eval" / "records.jsonl").read_text().splitlines():
-            record = json.loads(line) if line.strip() else {}
+        for record in read_jsonl(path.parent / "eval" / "records.jsonl"):
             if record.get("benchmark") != qa:
                 continue
             spans = record.get("sentence_spans") or [list(s) for s in reasoning_sentences(record["output"])]

@@ -18,6 +18,7 @@ from typing import Any
 from fspo_lite.config import Config, apply_overrides
 from fspo_lite.data.examples import DATA_DIR, QAExample
 from fspo_lite.drivers.base_samples import base_engine, sample_texts
+from fspo_lite.jsonl import read_jsonl
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
 from fspo_lite.scoring.claims import build_claim_extractor
 from fspo_lite.scoring.methods.klcf import build_checklist
@@ -75,7 +76,7 @@ class PlaygroundItem:
 
 
 def load_items(path: str | Path | None = None) -> list[PlaygroundItem]:
-    rows = [json.loads(line) for line in Path(path or PLAYGROUND_FILE).read_text().splitlines() if line.strip()]
+    rows = read_jsonl(path or PLAYGROUND_FILE)
     return [PlaygroundItem(QAExample(**row["example"]), row["completions"], row.get("response_prefix", "<think>"),
                            row.get("meta", {})) for row in rows]
 

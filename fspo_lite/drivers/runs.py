@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fspo_lite.config import Config, apply_overrides, load_config
+from fspo_lite.logs.training_log import read_metrics
 
 
 # ---- notebook 03: train and evaluate --------------------------------------------------------
@@ -263,7 +264,7 @@ def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir:
         record = evaluate_run(config, trainer.model, trainer.tokenizer, run_dir, method=method, seed=seed,
                               train_verifier=config.verifier.name, settings_key=key)
         del trainer
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rows = read_metrics(run_dir)
     return {**record, "status": status, "last_reward": rows[-1]["reward_mean"] if rows else float("nan"),
             "minutes": round((time.perf_counter() - started) / 60, 2)}
 

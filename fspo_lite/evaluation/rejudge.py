@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from fspo_lite.jsonl import read_jsonl
+
 
 def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, threshold: float = 0.5,
                     qa: str = "kbqa") -> int:
@@ -56,7 +58,7 @@ def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundle
     examples = {e.id: e for e in load_examples(data)}
     done = {}
     for path in sorted(Path(runs_dir).glob("*/eval/records.jsonl")):
-        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        records = read_jsonl(path)
         done[path.parent.parent.name] = rejudge_records(records, examples, verifier, judge, threshold)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     return done

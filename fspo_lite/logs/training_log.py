@@ -15,6 +15,8 @@ import math
 import os
 from pathlib import Path
 
+from fspo_lite.jsonl import json_lines, read_jsonl
+
 
 def _clean(value):
     if isinstance(value, float) and not math.isfinite(value):
@@ -62,9 +64,7 @@ def append_jsonl(path: str | Path, record: dict) -> None:
 def _parse_rows(path: Path) -> tuple[list[tuple[str, dict]], int]:
     """(line, row) pairs that parse, and the number of lines that do not (torn by a crash)."""
     rows, torn = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
-            continue
+    for line in json_lines(path.read_text(encoding="utf-8", errors="replace")):
         try:
             rows.append((line, json.loads(line)))
         except json.JSONDecodeError:
@@ -90,17 +90,7 @@ def read_metrics(path: str | Path) -> list[dict]:
     """The rows of a metrics.jsonl file (or of `<folder>/metrics.jsonl`); a torn last line, left by
     a run killed while writing it, is skipped."""
     path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.jsonl"
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    rows = []
-    for index, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            if index < len(lines) - 1:
-                raise ValueError(f"{path}:{index + 1}: not a JSON line") from None
-    return rows
+    return read_jsonl(path / "metrics.jsonl" if path.is_dir() else path, torn_tail=True)
 
 
 def earlier_run(output_dir: str | Path) -> str | None:

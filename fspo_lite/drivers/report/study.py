@@ -13,6 +13,7 @@ from typing import Sequence
 import pandas as pd
 
 from fspo_lite.evaluation.metrics import DECOMPOSITION, decomposition_class
+from fspo_lite.jsonl import read_jsonl
 
 
 LENGTH_STRATA = 5
@@ -29,7 +30,7 @@ def _runs(runs_dir: str | Path):
         if not records_path.exists():
             continue
         info = json.loads(path.read_text())
-        rows = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+        rows = read_jsonl(records_path)
         yield path.parent.name, info, rows
 
 

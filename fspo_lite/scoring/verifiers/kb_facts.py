@@ -8,13 +8,13 @@ in the bundled kbqa files. Nothing here needs the fact packages the data were bu
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 from fspo_lite.data.examples import DATA_DIR
+from fspo_lite.jsonl import read_jsonl
 
 _COUNTRY = re.compile(r"^(?P<name>.+?) is a United Nations member state that the UN geoscheme places in "
                       r"(?P<region>[^.]+)\.")
@@ -175,8 +175,8 @@ def known_names() -> dict[tuple[str, ...], str]:
         path = DATA_DIR / f"{split}.jsonl"
         if not path.exists():
             continue
-        for line in path.read_text(encoding="utf-8").splitlines():
-            facts = parse_evidence(json.loads(line)["evidence"]) if line.strip() else None
+        for row in read_jsonl(path):
+            facts = parse_evidence(row["evidence"])
             if facts is None:
                 continue
             own = facts.names[0]

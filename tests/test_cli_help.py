@@ -4,6 +4,8 @@ defaults shown, the right program name, and profile mistakes refused in one line
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,6 +83,7 @@ def test_program_name_follows_how_it_was_started():
     ("03.methods=[grpo,fpso]", "method 'fpso' is neither a reward.method (grpo, fspo"),
     ("03.overrides.train.stepz=2", "unknown config key 'train.stepz'"),
     ("train.steps=0", "train.steps=0 is out of range"),
+    ("03.methods=[grpo,klcf]", "arm klcf: reward.method=klcf needs a checklist file (klcf.checklist_path=None"),
 ])
 def test_profile_mistakes_fail_in_one_line_before_any_notebook_runs(setting, message, monkeypatch, capsys):
     import papermill
@@ -92,6 +95,23 @@ def test_profile_mistakes_fail_in_one_line_before_any_notebook_runs(setting, mes
     assert cli.main(["lite", "--profile", "quick", "--set", setting]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("fspo_lite: error: profile quick: ") and message in err
+
+
+def test_a_klcf_arm_needs_its_checklist_file_where_the_notebooks_run(tmp_path, monkeypatch):
+    """The check reads klcf.checklist_path as notebook 03 will, from the repository root, whatever the cwd."""
+    from fspo_lite.config import ConfigError
+    from fspo_lite.drivers.experiment import ROOT, check_profile, load_profile, override_parameters
+
+    checklist = tmp_path / "lists" / "checklist.json"
+    checklist.parent.mkdir()
+    checklist.write_text(json.dumps({"kind": "klcf-checklist", "questions": {}}))
+    relative = os.path.relpath(checklist, ROOT)  # right from the repository root only
+    monkeypatch.chdir(checklist.parent)
+    check_profile(override_parameters(load_profile("quick"), [
+        "03.methods=[grpo,klcf]", f"03.overrides.klcf.checklist_path={relative}"]))
+    with pytest.raises(ConfigError, match="arm klcf: reward.method=klcf needs a checklist file"):
+        check_profile(override_parameters(load_profile("quick"), [
+            "03.methods=[grpo,klcf]", "03.overrides.klcf.checklist_path=checklist.json"]))  # right from the cwd only
 
 
 def test_every_shipped_profile_passes_the_check():

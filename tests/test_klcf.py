@@ -121,6 +121,26 @@ def test_missing_checklist_is_a_clear_error(tmp_path):
     other.write_text(json.dumps({"kind": "filter", "questions": {}}))
     with pytest.raises(ValueError, match="not a KLCF checklist"):
         load_checklists(other)
+    for text in ("", "{", "[1, 2]", "null", '"klcf-checklist"'):
+        other.write_text(text)
+        with pytest.raises(ValueError, match=r"filter\.json is not a KLCF checklist file"):
+            load_checklists(other)
+    other.write_bytes(b"\xff\xfe\x00{")
+    with pytest.raises(ValueError, match="not JSON text"):
+        load_checklists(other)
+
+
+def test_the_settings_check_reads_the_checklist_before_any_model_loads(tmp_path):
+    from fspo_lite.config import Config, ConfigError, apply_overrides
+    from fspo_lite.scoring.plan import check_settings
+
+    config = apply_overrides(Config(), {"reward.method": "klcf", "verifier.name": "lexical"})
+    with pytest.raises(ConfigError, match="klcf.checklist_path=None does not exist"):
+        check_settings(config)
+    path = tmp_path / "checklists.json"
+    path.write_text(json.dumps({"kind": "klcf-checklist", "questions": {"q1": {"checklist": ["Au is gold."]}}}))
+    check_settings(apply_overrides(config, {"klcf.checklist_path": str(path)}))
+    check_settings(apply_overrides(Config(), {"reward.method": "fspo"}))  # other methods read no file
 
 
 def test_sequence_classifier_reward_model_on_a_tiny_local_model(tmp_path, smol_tokenizer):

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fspo_lite.update import trainer as trainer_module
-from fspo_lite.config import load_config
+from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.scoring.methods.klcf import CHECKLIST_KIND
 from fspo_lite.update.trainer import Trainer
@@ -78,7 +78,7 @@ def test_two_steps_per_method(tmp_path, tiny_policy, varied_rewards, method):
 
 def test_klcf_without_checklist_fails_before_training(tmp_path, tiny_policy):
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", "reward.method=klcf"])
-    with pytest.raises(FileNotFoundError, match="klcf-checklist"):
+    with pytest.raises(ConfigError, match="klcf-checklist"):  # check_settings, before the verifier or tools load
         Trainer(config, tiny_policy[0], tiny_policy[1], EXAMPLES, progress=False)
 
 

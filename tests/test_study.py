@@ -309,11 +309,31 @@ def test_runs_in_worker_processes_give_the_same_records_as_runs_in_a_row(tmp_pat
         assert (tmp_path / "a" / run / "samples.jsonl").read_text() == (tmp_path / "b" / run / "samples.jsonl").read_text()
 
 
+def test_every_run_is_checked_before_the_first_one_trains(tmp_path, questions):
+    """A setting only one arm gets wrong stops the invocation before anything trains (a lite job with a klcf arm
+    and no checklist file once trained four runs first), in a row and in workers alike, naming the run."""
+    from fspo_lite.config import ConfigError
+    from fspo_lite.drivers.runs import check_runs, train_and_evaluate_all
+
+    for workers in (1, 2):
+        with pytest.raises(ConfigError, match=r"run klcf_s0: reward.method=klcf needs a checklist file"):
+            train_and_evaluate_all(SHARED, ["grpo", "klcf"], [0, 1], tmp_path, questions, workers=workers)
+        with pytest.raises(ConfigError, match="run no-such-method_s0: unknown reward.method 'no-such-method'"):
+            train_and_evaluate_all(SHARED, ["grpo", "no-such-method"], [0], tmp_path, questions, workers=workers)
+    assert not any(tmp_path.iterdir())
+    checklist = tmp_path / "checklists.json"
+    checklist.write_text(json.dumps({"kind": "klcf-checklist", "questions": {}}))
+    check_runs({**SHARED, "klcf.checklist_path": str(checklist)}, ["grpo", "klcf", "caution+fspo"], [0, 1], tmp_path)
+    with pytest.raises(ConfigError, match="run grpo_s0: .*train.steps"):
+        check_runs({**SHARED, "train.steps": -1}, ["grpo"], [0], tmp_path)
+
+
 def test_a_failing_worker_run_is_named_and_finished_runs_are_kept(tmp_path, questions):
     from fspo_lite.drivers.runs import train_and_evaluate_all
 
-    with pytest.raises(RuntimeError, match="run no-such-method_s0 failed"):
-        train_and_evaluate_all(SHARED, ["grpo", "no-such-method"], [0], tmp_path, questions, workers=2)
+    arms = {"lost": {"reward.method": "grpo", "model.name": str(tmp_path / "no-model-here")}}  # fails as it loads
+    with pytest.raises(RuntimeError, match="run lost_s0 failed"):
+        train_and_evaluate_all(SHARED, ["grpo", "lost"], [0], tmp_path, questions, arms=arms, workers=2)
     assert (tmp_path / "grpo_s0" / "heldout.json").exists()
     with pytest.raises(ValueError, match="workers must be at least 1"):
         train_and_evaluate_all(SHARED, ["grpo"], [0], tmp_path, questions, workers=0)

@@ -14,6 +14,7 @@ printed and recorded in summary.json.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import time
@@ -29,6 +30,7 @@ from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS
+from fspo_lite.scoring.plan import check_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE_DIR = ROOT / "configs" / "lite"
@@ -121,7 +123,8 @@ def check_profile(profile: Profile) -> None:
     """ConfigError, in one line, for what would otherwise fail (or be ignored) only once the notebooks run: a
     parameter a notebook does not define (papermill would only warn and run the defaults), a training arm that is
     neither a reward.method nor a name defined in `arms`, and config keys or values of the training notebook's
-    `overrides` and arms that the config refuses. Run before the first notebook."""
+    `overrides` and arms that the config refuses, or files they name that are missing (`check_settings`: KLCF's
+    checklist file). Run before the first notebook."""
     for name, parameters in profile.notebooks:
         known = notebook_parameters(name)
         unknown = sorted(set(parameters) - set(known))
@@ -142,8 +145,9 @@ def check_profile(profile: Profile) -> None:
                                   f"({', '.join(REWARD_METHODS)}) nor an arm defined in `arms`"
                                   + (f" ({', '.join(arms)})" if arms else ""))
             try:
-                load_config(None, {**(parameters.get("overrides") or {}), **(arms.get(method) or {}),
-                                   "reward.method": method_key})
+                with contextlib.chdir(ROOT):  # the notebooks run there: relative paths (klcf.checklist_path) too
+                    check_settings(load_config(None, {**(parameters.get("overrides") or {}),
+                                                      **(arms.get(method) or {}), "reward.method": method_key}))
             except ConfigError as error:
                 raise ConfigError(f"profile {profile.name}: {name}, arm {method}: {error}") from None
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fspo_lite.config import Config, apply_overrides, load_config
+from fspo_lite.config import Config, ConfigError, apply_overrides, load_config
 from fspo_lite.logs.training_log import read_metrics
 
 
@@ -47,6 +47,21 @@ def run_config(shared: dict[str, Any], method: str, seed: int, runs_dir: str | P
     config = load_config(config_path, dict(shared))
     return apply_overrides(config, {**arm_overrides(method, arms), "train.seed": seed,
                                     "train.output_dir": str(Path(runs_dir) / run_name(method, seed))})
+
+
+def check_runs(shared: dict[str, Any], methods: list[str], seeds: list[int], runs_dir: str | Path,
+               config_path: str | Path | None = None, arms: dict[str, dict[str, Any]] | None = None) -> None:
+    """Every (arm, seed) run's settings checked (`check_settings`) before the first one trains, so that a setting
+    only one arm gets wrong (a klcf arm without its checklist file, a misspelt arm) stops the invocation at once,
+    naming the run, instead of after the runs before it have trained. ConfigError."""
+    from fspo_lite.scoring.plan import check_settings
+
+    for method in methods:
+        for seed in seeds:
+            try:
+                check_settings(run_config(shared, method, seed, runs_dir, config_path, arms))
+            except ConfigError as error:
+                raise ConfigError(f"run {run_name(method, seed)}: {error}") from None
 
 
 INVOCATION_FILE = "last_invocation.json"
@@ -294,6 +309,7 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
     jobs = [(method, seed) for method in methods for seed in seeds]
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    check_runs(shared, methods, seeds, runs_dir, config_path, arms)
     if workers == 1 or len(jobs) == 1:
         records: dict[tuple[str, int], dict] = {}
         for method, seed in jobs:

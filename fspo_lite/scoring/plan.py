@@ -82,12 +82,17 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
 
 
 def check_settings(config) -> None:
-    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words) and
-    the names the registries hold (reward.method, verifier.name); ConfigError naming the key."""
+    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words), the
+    names the registries hold (reward.method, verifier.name) and the files the reward method reads (its
+    `preflight`: KLCF's checklist file); ConfigError naming the key or the file."""
     validate_config(config)
     try:
-        parse_method(config.reward.method)
+        spec = parse_method(config.reward.method)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     if config.verifier.name not in VERIFIERS:
         raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
+    try:
+        METHODS[spec.source].preflight(config)
+    except (OSError, ValueError) as error:
+        raise ConfigError(str(error)) from None

@@ -93,6 +93,10 @@ def no_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTo
     return RewardTools()
 
 
+def nothing_to_read(config) -> None:
+    """The preflight of a method that reads no file of its own."""
+
+
 @dataclass(frozen=True)
 class RewardMethod:
     """A reward source: `score(batch, section, verifier, tools) -> MethodResult`, where `section` is
@@ -106,6 +110,9 @@ class RewardMethod:
     tools: Callable[..., RewardTools] = no_tools
     """`tools(config, checklists=None) -> RewardTools`: what `score` reads besides the verifier, built from the whole
     config; `checklists` are KLCF checklists the caller already holds (the playground's), else read from the config."""
+    preflight: Callable[[Any], None] = nothing_to_read
+    """`preflight(config)`: reads what the method needs from disk and raises FileNotFoundError / ValueError, in one
+    line, when it is missing or wrong; cheap, run with the settings' checks before any model loads."""
 
 
 def outcome_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
@@ -213,11 +220,16 @@ def klcf_tools(config, checklists: dict[str, list[str]] | None = None) -> Reward
                        reward_model=build_reward_model(config.klcf.reward_model))
 
 
+def klcf_preflight(config) -> None:
+    """KLCF's checklists are read from klcf.checklist_path: the file must exist and be a checklist file."""
+    load_checklists(config.klcf.checklist_path)
+
+
 METHODS: dict[str, RewardMethod] = {
     "grpo": RewardMethod(outcome_method),
     "caution": RewardMethod(caution_method, section="caution"),
     "rlfh": RewardMethod(rlfh_method, section="rlfh", needs_verifier=True, flips=False, tools=rlfh_tools),
-    "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True, tools=klcf_tools),
+    "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True, tools=klcf_tools, preflight=klcf_preflight),
 }
 """The reward sources by name (reward.method is one of them, or '<name>+fspo'; 'fspo' is 'grpo+fspo')."""
 

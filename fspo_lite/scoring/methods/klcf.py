@@ -34,9 +34,13 @@ def load_checklists(path: str | Path | None) -> dict[str, list[str]]:
             f"reward.method=klcf needs a checklist file (klcf.checklist_path={path!r} does not exist); "
             "build it with: python -m fspo_lite klcf-checklist --config <your config>"
         )
-    stored = json.loads(Path(path).read_text())
-    if stored.get("kind") != CHECKLIST_KIND:
-        raise ValueError(f"{path} is not a KLCF checklist file (kind={stored.get('kind')!r})")
+    try:
+        stored = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a KLCF checklist file (not JSON text: {error})") from None
+    kind = stored.get("kind") if isinstance(stored, dict) else type(stored).__name__
+    if kind != CHECKLIST_KIND:
+        raise ValueError(f"{path} is not a KLCF checklist file (kind={kind!r})")
     return {qid: entry["checklist"] for qid, entry in stored["questions"].items()}
 
 

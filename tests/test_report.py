@@ -19,6 +19,7 @@ from fspo_lite.drivers.report import (
 )
 from fspo_lite.drivers.runs import run_config, run_name
 from fspo_lite.evaluation.metrics import DECOMPOSITION
+from fspo_lite.jsonl import read_jsonl
 
 
 def _heldout():
@@ -215,6 +216,29 @@ def test_study_reads_records_whose_answers_hold_unicode_line_separators(tmp_path
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     responses = load_responses(root)
     assert len(responses[(responses.method == "grpo") & (responses.seed == 0)]) == 4
+
+
+def test_the_report_is_about_the_short_qa_benchmark_named(tmp_path):
+    """Notebook 04's `qa`: a runs folder evaluated on multihop only is reported on multihop; asked for kbqa, the
+    report says what to do instead of "run notebook 03 first"."""
+    from fspo_lite.drivers.report import Bootstrap, Study, load_heldout, load_responses, study_report
+
+    root = _study_runs(tmp_path / "runs")
+    for path in root.glob("*/eval/records.jsonl"):
+        rows = [{**r, "benchmark": "multihop"} if r["benchmark"] == "kbqa" else r for r in read_jsonl(path)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for path in root.glob("*/heldout.json"):
+        info = json.loads(path.read_text())
+        path.write_text(json.dumps({**info, "metrics": {"multihop.correct": 0.5, "truthfulqa_mc.mc2": 0.8}}))
+    for read in (load_responses, load_heldout):
+        with pytest.raises(FileNotFoundError, match="with kbqa among its eval_benchmarks, or name in notebook 04's"):
+            read(root)
+    assert set(load_heldout(root, "multihop")["accuracy"]) == {0.5}
+    assert len(load_responses(root, "multihop")) == 20
+    study = Study(root, ["base", "grpo", "fspo"], figures_dir=tmp_path / "figures", qa="multihop")
+    statistics = study_report(study, Bootstrap(n_resamples=50))
+    methods = {(row["metric"], row["method"]): row["mean"] for row in statistics["methods"]}
+    assert methods[("accuracy", "grpo")] == 0.5
 
 
 def test_study_report_files_and_goal(tmp_path):

@@ -14,6 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.drivers.report.study import not_evaluated
 from fspo_lite.evaluation.metrics import DECOMPOSITION
 from fspo_lite.logs.training_log import read_metrics
 
@@ -53,6 +54,8 @@ def load_heldout(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
                      **{column: metrics[key] for column, key in names.items() if key in metrics}})
     if not rows:
         raise FileNotFoundError(f"no */heldout.json under {runs_dir}: run notebook 03 first")
+    if not any(column in row for row in rows for column in QA_METRICS):
+        raise FileNotFoundError(f"no run under {runs_dir} holds {qa} results: {not_evaluated(qa)}")
     return pd.DataFrame(rows)
 
 

@@ -40,6 +40,12 @@ def judge_labels(record: dict, default_judge: str) -> dict[str, list[int]]:
     return record.get("sentence_labels_by_judge") or {default_judge: record.get("sentence_labels") or []}
 
 
+def not_evaluated(qa: str) -> str:
+    """What to do when no run of a runs folder holds the short-QA benchmark `qa`'s held-out results."""
+    return (f"run notebook 03 first, with {qa} among its eval_benchmarks, or name in notebook 04's `qa` a "
+            f"short-QA benchmark that it evaluated")
+
+
 def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
     """One row per held-out short-QA response of every run: method, seed, question, grades, length (reasoning
     sentences, generated tokens, near-duplicate sentences) and per judge j the counts supported@j, unsupported@j,
@@ -61,7 +67,7 @@ def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
                 row[f"checkable@{judge}"] = sum(1 for x in labels if x != 0)
             rows.append(row)
     if not rows:
-        raise FileNotFoundError(f"no {qa} records under {runs_dir}/*/eval/records.jsonl: run notebook 03 first")
+        raise FileNotFoundError(f"no {qa} records under {runs_dir}/*/eval/records.jsonl: {not_evaluated(qa)}")
     frame = pd.DataFrame(rows)
     frame["seed"] = frame["seed"].fillna(-1).astype(int)
     for column in ("response_tokens", "near_duplicates"):

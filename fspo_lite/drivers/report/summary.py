@@ -272,6 +272,9 @@ class Study:
     longer_question: tuple[tuple[str, str], tuple[str, str]] = LONGER_QUESTION
     """(a pair at the budget, the same pair trained longer) of "does longer training change the picture?"
     (`longer_check`)."""
+    qa: str = "kbqa"
+    """The short-QA benchmark whose answers and reasoning sentences the report is about (kbqa or multihop; one of
+    notebook 03's eval_benchmarks)."""
 
 
 @dataclass(frozen=True)
@@ -291,7 +294,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     <prefix>step_hallucination_by_judge.png, <prefix>supported_vs_unsupported.png and, for runs that logged it,
     <prefix>advantage_mass.png. `settings` and `title` go to the markdown (`study_markdown`)."""
     boot = asdict(bootstrap)  # n_resamples, seed, level: the keywords of the statistics functions
-    responses = load_responses(study.runs_dir)
+    responses = load_responses(study.runs_dir, study.qa)
     judges = judges_of(responses)
     cells = metric_cells(responses, study.runs_dir)
     tables = study_statistics(cells, study.order, study.baseline, **boot)

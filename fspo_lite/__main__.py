@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_ = commands.add_parser("eval", help="measure hallucination on benchmarks (docs/evaluation.md)")
     _add_config_arguments(eval_)
     eval_.add_argument("--model", help="model name, hub id or folder (model.name)")
-    eval_.add_argument("--adapter", help="a saved LoRA adapter folder to evaluate on top of the model")
+    eval_.add_argument("--adapter", help="a checkpoint (<run>/checkpoints/step-NNNNNN) or LoRA adapter folder to evaluate")
     eval_.add_argument("--benchmarks", help=f"comma-separated names (evaluation.benchmarks): {', '.join(BENCHMARKS)}; "
                        "docs/evaluation.md says what each measures and where its data comes from")
     eval_.add_argument("--limit", type=int, help="first N items of each benchmark (evaluation.limit)")

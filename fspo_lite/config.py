@@ -42,7 +42,8 @@ class ModelConfig:
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     )
     adapter_path: str | None = None
-    """Start from a saved LoRA adapter (PEFT folder) instead of a fresh one."""
+    """Start from a saved LoRA adapter instead of a fresh one: a PEFT folder, a training checkpoint
+    (<output_dir>/checkpoints/step-NNNNNN, whose model/ folder holds it) or a hub id."""
     trust_remote_code: bool = False
     """Never on by default: remote code runs on your machine."""
     gradient_checkpointing: bool | None = None

@@ -72,3 +72,40 @@ def test_bundled_smollm2_loads_and_answers():
     encoded = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     output = model.generate(**encoded, max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(output[0, encoded["input_ids"].shape[1]:])
+
+
+def test_an_adapter_is_found_in_a_training_checkpoint(tmp_path):
+    """model.adapter_path (and `eval --adapter`) takes a checkpoint folder as it is listed under checkpoints/, the
+    adapter folder itself, or a hub id; a local path with no adapter is one clear line."""
+    from fspo_lite.models.policy import adapter_source
+
+    step = tmp_path / "run" / "checkpoints" / "step-000002"
+    (step / "model").mkdir(parents=True)
+    (step / "model" / "adapter_config.json").write_text("{}")
+    assert adapter_source(str(step)) == str(step / "model")
+    assert adapter_source(str(step / "model")) == str(step / "model")
+    assert adapter_source("someone/an-adapter") == "someone/an-adapter"  # peft resolves a hub id
+    for missing in (str(tmp_path / "run"), str(tmp_path / "nowhere"), "./nowhere", "a/b/c"):
+        with pytest.raises(ModelLoadError, match=r"no adapter_config.json there; give a training checkpoint"):
+            adapter_source(missing)
+    (step / "model" / "adapter_config.json").unlink()
+    (step / "model" / "adapter_config.json").mkdir()  # a folder of that name is not the file
+    with pytest.raises(ModelLoadError):
+        adapter_source(str(step))
+
+
+def test_a_trained_checkpoint_loads_by_its_step_folder(tmp_path, tiny_policy):
+    import copy
+
+    model = copy.deepcopy(tiny_policy[0])
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.5)  # not what a fresh adapter starts from (zeros)
+    step = tmp_path / "checkpoints" / "step-000001"
+    model.save_pretrained(step / "model")
+    loaded, _ = load_policy(ModelConfig(name="tiny", lora_r=4, lora_alpha=8, adapter_path=str(step)))
+    want = {k: v for k, v in model.named_parameters() if "lora_" in k}
+    got = {k: v for k, v in loaded.named_parameters() if "lora_" in k}
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert all(bool((v == 0.5).all()) for k, v in got.items() if "lora_B" in k)

@@ -134,7 +134,7 @@ def probe(cache: QuestionCache, engine, tokenizer, examples: Sequence[QAExample]
 
 def base_engine(config, progress: bool = False):
     """(engine, tokenizer) sampling from the base model of a config (no LoRA adapter is trained here)."""
-    from fspo_lite.models.policy import load_model, load_tokenizer
+    from fspo_lite.models.policy import adapter_source, load_model, load_tokenizer
     from fspo_lite.rollout.transformers_rollout import TransformersRollout
 
     torch.manual_seed(config.train.seed)
@@ -143,7 +143,7 @@ def base_engine(config, progress: bool = False):
     if config.model.adapter_path:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, config.model.adapter_path)
+        model = PeftModel.from_pretrained(model, adapter_source(config.model.adapter_path))
     model.eval()
     engine = TransformersRollout(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress)
     return engine, tokenizer

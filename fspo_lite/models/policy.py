@@ -282,18 +282,28 @@ def load_unsloth_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_
     return model, tokenizer
 
 
+def adapter_source(adapter_path: str) -> str:
+    """What peft loads for model.adapter_path: a folder holding adapter_config.json, the `model/` folder of a
+    training checkpoint when given the checkpoint (<output_dir>/checkpoints/step-NNNNNN), or a hub id
+    (owner/name, left as it is). ModelLoadError, in one line, for a local path with no adapter."""
+    adapter = Path(adapter_path).expanduser()
+    looks_local = adapter.exists() or adapter_path.startswith((".", "/", "~")) or adapter_path.count("/") != 1
+    if not looks_local:
+        return adapter_path
+    for folder in (adapter, adapter / "model"):
+        if (folder / "adapter_config.json").is_file():
+            return str(folder)
+    raise ModelLoadError(f"model.adapter_path={adapter_path!r}: no adapter_config.json there; give a training "
+                         "checkpoint (<output_dir>/checkpoints/step-000050) or the folder of a saved LoRA adapter")
+
+
 def apply_lora(model, config):
     """Wrap the model with a LoRA adapter (peft); target modules absent from the model are ignored."""
     quiet_known_noise()
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.adapter_path:
-        adapter = Path(config.adapter_path).expanduser()
-        looks_local = adapter.exists() or config.adapter_path.startswith((".", "/", "~")) or config.adapter_path.count("/") != 1
-        if looks_local and not (adapter / "adapter_config.json").exists():  # else a hub id: peft resolves it
-            raise ModelLoadError(f"model.adapter_path={config.adapter_path!r}: no adapter_config.json there; give the "
-                                 "folder of a saved LoRA adapter, e.g. <output_dir>/checkpoints/step-000050/model")
-        return PeftModel.from_pretrained(model, str(adapter) if looks_local else config.adapter_path, is_trainable=True)
+        return PeftModel.from_pretrained(model, adapter_source(config.adapter_path), is_trainable=True)
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [m for m in config.lora_target_modules if m in present]
     if not targets:

@@ -68,7 +68,7 @@ def cmd_filter(args) -> int:
                                                                        "filter.top": args.top})
     result = run_filter(config, args.samples, args.top, band, args.output, command=_command_line())
     print(f"kept {len(result.kept_ids)} of {len(result.stats)} questions ({result.kept_share:.1%}); "
-          f"train on them with --set data.filter_path={result.path}")
+          f"{result.next_step()}")
     if args.figure:
         title = (f"{config.model.name}, {len(result.stats)} questions x {args.samples or config.filter.samples}: "
                  f"kept {result.kept_share:.0%}")

@@ -167,7 +167,9 @@ def test_commands(config, fake_model, tmp_path, capsys):
     base = ["--set", f"data.train={config.data.train}", "--set", "data.few_shot=0"]
     assert main(["filter", *base, "--samples", "4", "--band", "0.4,1", "--output", str(tmp_path / "f.json"),
                  "--figure", str(tmp_path / "f.png")]) == 0
-    assert "kept 2 of 4 questions (50.0%)" in capsys.readouterr().out
+    assert "kept 2 of 4 questions (50.0%); train on them with --set data.filter_path=" in capsys.readouterr().out
+    assert main(["filter", *base, "--samples", "4", "--band", "0.9,0.95", "--output", str(tmp_path / "f.json")]) == 0
+    assert "kept 0 of 4 questions (0.0%); nothing to train on: widen --band" in capsys.readouterr().out
     assert main(["sweep-prompts", *base, "--samples", "2", "--results", str(tmp_path / "s.json"),
                  "--figure", str(tmp_path / "s.png"), "--cache-dir", str(tmp_path / "c")]) == 0
     stored = json.loads((tmp_path / "s.json").read_text())

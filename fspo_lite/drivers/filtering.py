@@ -56,6 +56,13 @@ class FilterResult:
     def kept_share(self) -> float:
         return len(self.kept_ids) / len(self.stats) if self.stats else 0.0
 
+    def next_step(self) -> str:
+        """What to do with the result, for the command line's last line."""
+        if self.kept_ids:
+            return f"train on them with --set data.filter_path={self.path}"
+        return ("nothing to train on: widen --band or probe more questions (--set data.limit; the probes made "
+                "are cached and reused)")
+
 
 def run_filter(config, samples: int | None = None, top: int | None = None, band: Sequence[float] | None = None,
                output: str | None = None, progress: bool = True, command: str = "") -> FilterResult:

@@ -18,8 +18,9 @@ TEXTS = ["Paris is the capital of France.</think>\n<answer>Paris</answer>",
 
 
 def test_the_table_names_every_reward_method_and_each_section_exists():
-    assert list(METHODS) == ["grpo", "caution", "rlfh", "klcf"]
-    assert REWARD_METHODS == ("grpo", "fspo", "caution", "caution+fspo", "rlfh", "klcf", "klcf+fspo")
+    assert list(METHODS) == ["grpo", "caution", "rlfh", "klcf", "random", "format", "binary", "ternary"]
+    assert REWARD_METHODS == ("grpo", "fspo", "caution", "caution+fspo", "rlfh", "klcf", "klcf+fspo", "random", "format",
+                              "binary", "binary+fspo", "ternary", "ternary+fspo")
     config = Config()
     for name, method in METHODS.items():
         assert method.section is None or hasattr(config, method.section), name

@@ -28,6 +28,9 @@ EVERY_METHOD = {  # reward.method -> (source, flip, the config section the sourc
     "grpo": ("grpo", False, None), "fspo": ("grpo", True, None),
     "caution": ("caution", False, "caution"), "caution+fspo": ("caution", True, "caution"),
     "rlfh": ("rlfh", False, "rlfh"), "klcf": ("klcf", False, "klcf"), "klcf+fspo": ("klcf", True, "klcf"),
+    "random": ("random", False, None), "format": ("format", False, None),
+    "binary": ("binary", False, None), "binary+fspo": ("binary", True, None),
+    "ternary": ("ternary", False, None), "ternary+fspo": ("ternary", True, None),
 }
 
 
@@ -55,7 +58,7 @@ def test_method_grammar(name, spec):
 
 
 @pytest.mark.parametrize("name", [
-    "rlfh+fspo", "fspo+rlfh", "caution+klcf", "grpo+caution", "ppo", "", "+", " ", "++", "fspo grpo", "fspo,grpo",
+    "rlfh+fspo", "fspo+rlfh", "random+fspo", "format+fspo", "caution+klcf", "grpo+caution", "ppo", "", "+", " ", "++", "fspo grpo", "fspo,grpo",
     "fsp\u043e",  # a Cyrillic o
     "\uff46\uff53\uff50\uff4f",  # full-width letters
     "fspo\u200b",  # a zero-width space is not a space

@@ -10,7 +10,9 @@ from fspo_lite.data.examples import load_examples
 from fspo_lite.drivers.experiment import load_profile
 from fspo_lite.drivers.runs import run_config, run_key
 
-NEW_ARMS = {"fspo+kb": ("fspo", "kb", 8), "grpo+4x": ("grpo", "lexical", 32), "fspo+4x": ("fspo", "lexical", 32)}
+NEW_ARMS = {"fspo+kb": ("fspo", "kb", 8), "grpo+4x": ("grpo", "lexical", 32), "fspo+4x": ("fspo", "lexical", 32),
+            "random": ("random", "lexical", 8), "format": ("format", "lexical", 8),
+            "ternary": ("ternary", "lexical", 8), "binary": ("binary", "lexical", 8), "corver": ("fspo", "lexical", 8)}
 
 
 def study_parameters():
@@ -33,13 +35,14 @@ def test_added_arms_validate_and_set_their_keys(arm):
     method, verifier, steps = NEW_ARMS[arm]
     assert (config.reward.method, config.verifier.name, config.train.steps) == (method, verifier, steps)
     assert config.train.save_every == 4 and config.rollout.group_size == parameters["group_size"]
+    assert config.reward.step_reward_lambda == (0.5 if arm == "corver" else 0.0)
 
 
 def test_the_finished_arms_keep_their_settings_keys():
     parameters = study_parameters()
-    old_arms = {"fspo+detail": parameters["arms"]["fspo+detail"]}
+    old_arms = {name: parameters["arms"][name] for name in ("fspo+detail", "fspo+kb", "grpo+4x", "fspo+4x")}
     examples = load_examples("bundled:kbqa_train")[:4]
-    for arm in ("grpo", "fspo", "caution", "fspo+detail"):
+    for arm in ("grpo", "fspo", "caution", *old_arms):
         before = run_config(shared(parameters), arm, 0, "runs/study", arms=old_arms)
         after = run_config(shared(parameters), arm, 0, "runs/study", arms=parameters["arms"])
         assert run_key(before, examples) == run_key(after, examples)

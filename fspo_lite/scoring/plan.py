@@ -4,7 +4,8 @@ A step's responses are scored in one direction (fspo_lite.scoring.rewards.score_
 reward of one source -> the verifier's sentence verdicts, when the plan needs them -> the additive terms that rest
 on the verdicts -> the FSPO sentence mask, when the plan flips. The plan says, for one run:
 
-- `source`: where the reward comes from, one entry of the table `methods.METHODS` (grpo, caution, rlfh, klcf);
+- `source`: where the reward comes from, one entry of the table `methods.METHODS` (grpo, caution, rlfh, klcf,
+  random, format, binary, ternary);
 - `flip`: whether FSPO flips the advantages of tokens in unsupported sentences (the '+fspo' of reward.method);
 - `verdicts`: whether the verifier labels the reasoning sentences at all;
 - the additive terms on top of the source's reward: the detail term (`detail`), the relevance term (`relevance`),
@@ -37,8 +38,9 @@ def parse_method(name: str) -> MethodSpec:
     sources, flip = split_method(name)
     source = sources[0] if len(sources) == 1 else ("grpo" if not sources else None)
     if not (sources or flip) or source not in METHODS or (flip and not METHODS[source].flips):
+        no_flip = ", ".join(source for source, method in METHODS.items() if not method.flips)
         raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
-                         "(rlfh already rewards each statement, so it is not combined with the FSPO flip)")
+                         f"({no_flip} take no FSPO flip)")
     return MethodSpec(source, flip)
 
 
@@ -53,8 +55,8 @@ class ScoringPlan:
     flip: bool
     """FSPO's flip: the sentence mask is built and the advantages of unsupported sentences' tokens change sign."""
     verdicts: bool
-    """The verifier labels each response's reasoning sentences (for the flip, the detail term or the logged step
-    factuality, reward.log_step_factuality); never without a verifier."""
+    """The verifier labels each response's reasoning sentences (for the flip, the detail term, a source that reads
+    them (Binary RAR) or the logged step factuality, reward.log_step_factuality); never without a verifier."""
     detail: bool
     """The detail term is added (detail.weight or detail.precision_weight not 0)."""
     relevance: bool
@@ -69,13 +71,14 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
     spec = parse_method(reward.method)
     method = METHODS[spec.source]
     detail_on = bool(detail.weight or detail.precision_weight)
-    if method.needs_verifier and not verifier_present:
+    if (method.needs_verifier or method.needs_verdicts) and not verifier_present:
         raise ValueError(f"reward.method={reward.method} needs a verifier")
     if detail_on and not verifier_present:
         raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")
     return ScoringPlan(
         source=spec.source, section=method.section, flip=spec.flip,
-        verdicts=verifier_present and (spec.flip or bool(reward.log_step_factuality) or detail_on),
+        verdicts=verifier_present and (spec.flip or bool(reward.log_step_factuality) or detail_on
+                                       or method.needs_verdicts),
         detail=detail_on, relevance=bool(detail.relevance_weight),
         step_reward_lambda=reward.step_reward_lambda if spec.flip else 0.0,
     )

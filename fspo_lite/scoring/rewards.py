@@ -3,10 +3,11 @@
 `score_rollouts` walks the plan (fspo_lite.scoring.plan) in one direction, the order a training step needs:
 
 1. the response views (verdicts.response_views: each response's text and the characters of each token);
-2. the outcome of each response (fspo_lite.scoring.grading) and the reward of the plan's source, through the table
-   `methods.METHODS` (`method_rewards`: outcome, caution table, RLFH token rewards, KLCF recall/precision);
+2. the outcome of each response (fspo_lite.scoring.grading);
 3. the verifier's verdicts on the reasoning sentences, when the plan needs them (verdicts.verify_sentences);
-4. the additive terms that rest on the verdicts (`total_rewards`: the detail and relevance terms of
+4. the reward of the plan's source, through the table `methods.METHODS` (`method_rewards`: outcome, caution table,
+   RLFH token rewards, KLCF recall/precision, the controls, Binary RAR (which reads the verdicts), TruthRL);
+5. the additive terms that rest on the verdicts (`total_rewards`: the detail and relevance terms of
    methods.detail, FSPO's step reward) and the step's reward metrics;
 5. the FSPO sentence mask, when the plan flips (verdicts.sentence_mask).
 
@@ -61,9 +62,8 @@ def build_reward_tools(config, checklists: dict[str, list[str]] | None = None) -
 
 def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, config, verifier: Verifier | None,
                    step: int = 0, tools: RewardTools | None = None, plan: ScoringPlan | None = None) -> ScoredRollouts:
-    """Grade every response of a rollout under the run's scoring plan: the outcome and the
-    source's reward, the verifier's verdicts on the reasoning sentences, the terms resting on them, and the FSPO
-    sentence mask (the steps of the module docstring, in that order).
+    """Grade every response of a rollout under the run's scoring plan: the outcome, the verifier's verdicts on
+    the reasoning sentences, the source's reward, the terms resting on the verdicts, and the FSPO sentence mask (the steps of the module docstring, in that order).
 
     `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
     `step` drives scheduled rewards; `tools` are the source's RewardTools (built from the config when None);
@@ -73,11 +73,13 @@ def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, confi
     plan = plan if plan is not None else scoring_plan(config.reward, config.detail, verifier is not None)
     tools = tools if tools is not None else build_reward_tools(config)
     views = response_views(tokenizer, rollout.completion_ids, rollout.completion_mask, config.data.response_prefix)
-    batch = RewardBatch(examples, views, grade(examples, views, config.reward), rollout.completion_mask,
-                        config.reward.format_penalty, config.rollout.group_size, step, config.train.steps)
-    result = method_rewards(batch, plan, getattr(config, plan.section) if plan.section else None, verifier, tools)
-    verdicts = (verify_sentences(examples, batch.texts, verifier, config.verifier.threshold) if plan.verdicts
+    texts = [view.text for view in views]
+    verdicts = (verify_sentences(examples, texts, verifier, config.verifier.threshold) if plan.verdicts
                 else [SentenceVerdicts() for _ in views])
+    batch = RewardBatch(examples, views, grade(examples, views, config.reward), rollout.completion_mask,
+                        config.reward.format_penalty, config.rollout.group_size, step, config.train.steps,
+                        config.train.seed, verdicts if plan.verdicts else None)
+    result = method_rewards(batch, plan, getattr(config, plan.section) if plan.section else None, verifier, tools)
     total = total_rewards(batch, result, verdicts, plan, config.detail, tools.relevance)
     mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if plan.flip else None
     return ScoredRollouts(total.rewards, mask, batch.outcomes, verdicts, views, total.metrics, total.token_rewards,

@@ -4,6 +4,7 @@
 - `statements`: a response's sentences, their atomic statements and where each statement ends.
 - `rlfh`: RLFH's statement-level truthfulness and informativeness rewards, placed on tokens.
 - `klcf`: KLCF's checklist recall and claim precision rewards, and the offline checklist builder.
+- `truth`: the controls `random` (a coin) and `format` (format only), Binary RAR's `binary` and TruthRL's `ternary`.
 - `detail`: the detail term (distinct supported sentences) and the relevance judge: not a reward source but
   additive terms that the scoring plan (fspo_lite.scoring.plan) puts on top of any source's reward.
 
@@ -29,6 +30,7 @@ from fspo_lite.scoring.methods.caution import (PROCESS, answer_category, caution
                                                contains_answer)
 from fspo_lite.scoring.methods.klcf import RewardModel, build_reward_model, klcf_reward, klcf_scores, load_checklists
 from fspo_lite.scoring.methods.rlfh import InformativenessScorer, RuleBasedInformativeness
+from fspo_lite.scoring.methods.truth import binary_rewards, coin_rewards, format_rewards, ternary_rewards
 from fspo_lite.text import parse_response
 
 
@@ -52,6 +54,11 @@ class RewardBatch:
     """The training step (scheduled rewards: caution.variant=fact_then_caution)."""
     total_steps: int = 1
     """train.steps."""
+    seed: int = 0
+    """train.seed (the random reward's coins)."""
+    verdicts: list | None = None
+    """One verdicts.SentenceVerdicts per response when the run's plan has the verifier label reasoning sentences
+    (always for a method with `needs_verdicts`), else None."""
 
     @property
     def texts(self) -> list[str]:
@@ -113,12 +120,46 @@ class RewardMethod:
     preflight: Callable[[Any], None] = nothing_to_read
     """`preflight(config)`: reads what the method needs from disk and raises FileNotFoundError / ValueError, in one
     line, when it is missing or wrong; cheap, run with the settings' checks before any model loads."""
+    needs_verdicts: bool = False
+    """Whether `score` reads the verifier's sentence labels (RewardBatch.verdicts); implies needs_verifier."""
 
 
 def outcome_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
     """GRPO / FSPO: the outcome reward (grading.outcome_reward) as it is."""
     return MethodResult(torch.tensor([o.reward for o in batch.outcomes], dtype=torch.float32),
                         details=[{} for _ in batch.views])
+
+
+def random_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
+    """The control `random`: a fair coin per well-formed response (methods.truth.coin_rewards)."""
+    rewards = coin_rewards([o.format_ok for o in batch.outcomes], batch.seed, batch.step, batch.format_penalty)
+    return MethodResult(torch.tensor(rewards, dtype=torch.float32), details=[{} for _ in batch.views])
+
+
+def format_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
+    """The control `format`: 1 per well-formed response (methods.truth.format_rewards)."""
+    rewards = format_rewards([o.format_ok for o in batch.outcomes], batch.format_penalty)
+    return MethodResult(torch.tensor(rewards, dtype=torch.float32), details=[{} for _ in batch.views])
+
+
+def binary_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
+    """Binary RAR: a correct answer is paid only when the verifier finds none of its reasoning sentences
+    unsupported (methods.truth.binary_rewards)."""
+    outcomes, labels = batch.outcomes, [v.labels for v in batch.verdicts]
+    rewards = binary_rewards([o.format_ok for o in outcomes], [o.correct for o in outcomes], labels,
+                             batch.format_penalty)
+    vetoed = [o.format_ok and o.correct and -1 in row for o, row in zip(outcomes, labels)]
+    metrics = {"binary_vetoed_share": sum(vetoed) / max(sum(o.format_ok and o.correct for o in outcomes), 1)}
+    return MethodResult(torch.tensor(rewards, dtype=torch.float32), None,
+                        [{"vetoed": flag} for flag in vetoed], metrics)
+
+
+def ternary_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
+    """TruthRL's ternary reward: correct +1, "Unknown" 0, wrong -1 (methods.truth.ternary_rewards)."""
+    outcomes = batch.outcomes
+    rewards = ternary_rewards([o.format_ok for o in outcomes], [o.correct for o in outcomes],
+                              [o.unknown for o in outcomes], batch.format_penalty)
+    return MethodResult(torch.tensor(rewards, dtype=torch.float32), details=[{} for _ in batch.views])
 
 
 def caution_method(batch: RewardBatch, caution, verifier, tools) -> MethodResult:
@@ -230,6 +271,10 @@ METHODS: dict[str, RewardMethod] = {
     "caution": RewardMethod(caution_method, section="caution"),
     "rlfh": RewardMethod(rlfh_method, section="rlfh", needs_verifier=True, flips=False, tools=rlfh_tools),
     "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True, tools=klcf_tools, preflight=klcf_preflight),
+    "random": RewardMethod(random_method, flips=False),
+    "format": RewardMethod(format_method, flips=False),
+    "binary": RewardMethod(binary_method, needs_verifier=True, needs_verdicts=True),
+    "ternary": RewardMethod(ternary_method),
 }
 """The reward sources by name (reward.method is one of them, or '<name>+fspo'; 'fspo' is 'grpo+fspo')."""
 

@@ -135,3 +135,24 @@ def test_missing_answer_reads_the_same_in_table_and_text(smol_tokenizer):
     result = playground.compute_playground(item, smol_tokenizer, "grpo")
     assert playground.reward_table(result)["answer"].tolist() == ["Au", "(none)"]
     assert "answer=(none)" in result.html and "answer=None" not in result.html
+
+
+def test_the_controls_and_truthfulness_rewards_show_what_training_pays(smol_tokenizer):
+    """ITEM: 0 correct with both sentences supported, 1 wrong (Ag) with unsupported sentences, 2 correct with its one
+    sentence supported, 3 'Unknown' with an unsupported sentence."""
+    assert playground.compute_playground(ITEM, smol_tokenizer, "format").rewards == [1.0, 1.0, 1.0, 1.0]
+    assert playground.compute_playground(ITEM, smol_tokenizer, "ternary").rewards == [1.0, -1.0, 1.0, 0.0]
+    binary = playground.compute_playground(ITEM, smol_tokenizer, "binary")
+    assert [d["sentence_labels"] for d in binary.details] == [[1, 1], [-1, -1], [1], [-1]]
+    assert binary.rewards == [1.0, 0.0, 1.0, 0.0] and not any(d["vetoed"] for d in binary.details)
+    # a correct answer after an unsupported sentence loses its reward
+    vetoed = playground.PlaygroundItem(ITEM.example, [
+        "Gold has atomic number 12. Gold has the symbol Au.</think>\n<answer>Au</answer>", ITEM.completions[0]])
+    result = playground.compute_playground(vetoed, smol_tokenizer, "binary")
+    assert result.details[0]["sentence_labels"] == [-1, 1] and result.details[0]["vetoed"]
+    assert result.rewards == [0.0, 1.0]
+    coins = playground.compute_playground(ITEM, smol_tokenizer, "random").rewards
+    assert set(coins) <= {0.0, 1.0}
+    # corver: fspo with the step reward at 0.5: response 0 earns 1 + 0.5 x (+1), response 1 0 + 0.5 x (-1)
+    corver = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"reward.step_reward_lambda": 0.5})
+    assert corver.rewards[:2] == pytest.approx([1.5, -0.5])

@@ -57,7 +57,7 @@ KNOBS: dict[str, tuple[float, float, float]] = {
     "detail.weight": (0.0, 1.0, 0.05),
     "detail.precision_weight": (0.0, 1.0, 0.05),
 }
-DETAIL_COLUMNS = ("category", "recall", "precision", "supported_distinct", "detail_bonus")
+DETAIL_COLUMNS = ("category", "vetoed", "recall", "precision", "supported_distinct", "detail_bonus")
 """Per-response details shown in the table and the HTML when the method (or the detail term) sets them."""
 CHOICES: dict[str, tuple[str, ...]] = {
     "caution.variant": ("both", "fact", "caution"),

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from fspo_lite.drivers.report.arms import longer_answer, verifier_answer
+from fspo_lite.drivers.report.controls import control_text, more_right_text
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, questions_of, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
 from fspo_lite.drivers.report.study import format_interval
@@ -107,6 +108,20 @@ def questions_block(summary: dict) -> str:
             f"{longer_answer(questions['longer'], questions['pairs'], level)}")
 
 
+def controls_block(summary: dict) -> str:
+    """The two questions of the controls and newer rewards, answered with their intervals (summary.md has the
+    three-axes tables behind them)."""
+    controls = (summary.get("statistics") or {}).get("controls")
+    if not controls:
+        return ("Not answered yet: the study's summary has no run of the controls (`random`, `format`) or the newer "
+                "rewards (`ternary`, `binary`, `corver`). `make study` trains them (it resumes where it stopped).")
+    lines = [f"- **(a) How much of FSPO's change does a reward without information produce?** {control_text(c)}"
+             for c in controls["control_checks"]]
+    lines.append("- **(b) Does any arm lower step hallucination against grpo without writing fewer supported "
+                 f"sentences per response?** {more_right_text(controls['more_right'])}")
+    return "\n".join(lines)
+
+
 def wall_time(summary: dict) -> str:
     job = summary.get("job") or {}
     return f"{job['total_seconds'] / 60:.1f} min" if job.get("total_seconds") else "n/a"
@@ -132,6 +147,7 @@ def blocks(root: str | Path = ROOT) -> dict[str, str]:
             "study-table": study_table(study),
             "study-others": other_arms(study),
             "study-questions": questions_block(study),
+            "study-controls": controls_block(study),
             "study-time": study_time(study),
             "lite-table": lite_table(lite),
             "lite-verdict": "\n".join(verdict_markdown(verdict(lite))).rstrip(),

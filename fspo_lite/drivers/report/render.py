@@ -185,7 +185,8 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
             goal = None  # the caution goal only where a caution arm ran
         study = study_markdown(tables, _frame(stats.get("matched_length")), goal, stats.get("judges") or [],
                                settings["order"], None, stats.get("n_resamples", 2000), stats.get("level", 0.95),
-                               detail=_frame(stats.get("detail_arm")), added=questions_of(stats))
+                               detail=_frame(stats.get("detail_arm")), added=questions_of(stats),
+                               controls=stats.get("controls") or None)
         lines.append(study.split("\n", 2)[2])
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]

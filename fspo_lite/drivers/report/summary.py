@@ -14,6 +14,8 @@ import pandas as pd
 
 from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, longer_check, pairs_table,
                                            questions_markdown, verifier_check)
+from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
+                                               more_right_check)
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
 from fspo_lite.drivers.report.plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check,
@@ -21,6 +23,7 @@ from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STR
                                             matched_length, metric_cells, pair_differences, study_statistics,
                                             training_verifier)
 from fspo_lite.evaluation.metrics import DECOMPOSITION
+from fspo_lite.scoring.advantage_mass import REGIONS
 
 
 def metric_order(metrics: Sequence[str], judges: Sequence[str]) -> list[str]:
@@ -36,8 +39,10 @@ def metric_order(metrics: Sequence[str], judges: Sequence[str]) -> list[str]:
 def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFrame | None, judges: Sequence[str],
                    order: Sequence[str], settings: dict | None = None, n_resamples: int = 2000,
                    level: float = 0.95, title: str = "Study: held-out results with intervals",
-                   detail: pd.DataFrame | None = None, added: dict | None = None) -> str:
-    """The study summary: per method mean [interval]; paired differences to the baseline; step hallucination per
+                   detail: pd.DataFrame | None = None, added: dict | None = None,
+                   controls: dict | None = None) -> str:
+    """The study summary: per method mean [interval]; every arm on the three axes and the two questions of the
+    controls and newer rewards (`controls`, when given); paired differences to the baseline; step hallucination per
     judge; supported and unsupported sentences per response with a plain reading (the say-less check); the
     detail arm's question (`detail_arm_check`, when given); the matched-length comparison; the caution goal.
     Shares are in percent, their differences in percentage points."""
@@ -68,6 +73,9 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
         values = [format_interval(metric, *cell.loc[(metric, m), ["mean", "low", "high"]])
                   if (metric, m) in cell.index else "" for m in methods]
         lines.append(f"| {metric} | " + " | ".join(values) + " |")
+    if controls:
+        lines += controls_markdown(controls, tables, matched if matched is not None else pd.DataFrame(), judges,
+                                   methods, baseline or "grpo", pct)
 
     if trained:
         lines += ["", f"## Paired differences: method - {baseline} on the same questions [{pct} interval]", "",
@@ -306,8 +314,11 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
         versus = pair_differences(cells, counts, *study.detail_arm, **boot)
         detail = detail_arm_check(tables["differences"], versus, judges, *study.detail_arm)
     questions = added_arms(study, cells, responses, judges, boot)
+    training = load_training(study.runs_dir)
+    controls = controls_section(study, cells, tables, matched, training, judges, boot)
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
-                          bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions)
+                          bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions,
+                          controls=controls)
     figures = {}
 
     def figure(name: str) -> str:
@@ -319,7 +330,6 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     if judges:
         plot_judges(tables["methods"], judges, figure("step_hallucination_by_judge"), study.order)
         plot_supported_unsupported(tables["methods"], judges, figure("supported_vs_unsupported"), study.order)
-    training = load_training(study.runs_dir)
     if "adv_abs_share/supported" in training:  # runs trained since the trainer logs the advantage mass
         plot_advantage_mass(training, figure("advantage_mass"), study.order)
     if study.results_dir is not None:
@@ -332,7 +342,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
             "caution_goal": json.loads(goal.to_json(orient="records")),
             "detail_arm": json.loads(detail.to_json(orient="records")),
             "questions": {**questions, "pairs": json.loads(questions["pairs"].to_json(orient="records"))}
-            if questions else {}, "figures": figures}
+            if questions else {}, "controls": controls, "figures": figures}
 
 
 def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judges: Sequence[str],
@@ -348,3 +358,20 @@ def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judge
     if verifier["answer"] == "n/a" and longer["answer"] == "n/a":
         return {}
     return {"pairs": pairs, "verifier": verifier, "longer": longer}
+
+
+def controls_section(study: Study, cells: pd.DataFrame, tables: dict, matched: pd.DataFrame, training: pd.DataFrame,
+                     judges: Sequence[str], boot: dict) -> dict:
+    """The controls and newer rewards (fspo_lite.drivers.report.controls): the three-axes tables, question (a) per
+    control, question (b) per trained arm, the advantage mass per arm, and their markdown; {} when none of those
+    arms was run."""
+    ran = set(cells["method"])
+    if not ran & set(CONTROLS + NEWER):
+        return {}
+    arms = [m for m in study.order if m in ran and m not in ("base", study.baseline)]
+    arms += [m for m in sorted(ran) if m not in arms and m not in ("base", study.baseline)]
+    checks = [control_check(cells, judges, control, **boot) for control in CONTROLS if control in ran]
+    right = more_right_check(tables["differences"], matched, judges, arms,
+                             {arm: training_verifier(study.runs_dir, arm) for arm in arms})
+    mass = advantage_mass(training, [study.baseline, *arms], REGIONS)
+    return {"control_checks": checks, "more_right": right, "advantage_mass": mass.to_dict(orient="records")}

@@ -1,0 +1,236 @@
+"""The controls and the newer rewards (issue "More right, or only less said?"): every arm on the three axes of
+factuality (precision: step hallucination per held-out judge; detail: supported sentences per response; accuracy),
+and the two questions, answered by the rules of docs/statistics.md ("Controls and newer rewards"), which were
+written before any of these arms' runs was read:
+
+(a) how much of FSPO's change does a reward without information (`random`, `format`) produce (`control_check`);
+(b) does any arm lower step hallucination against GRPO without fewer supported sentences per response
+    (`more_right_check`)?
+
+Every function takes the tables the study report already makes (metric cells, paired differences, matched-length
+differences) and returns plain rows; `controls_markdown` puts them in words.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+from fspo_lite.drivers.report.study import format_interval, interval_side, pair_differences
+
+CONTROLS = ("random", "format")
+"""The arms whose reward carries no information about the answer's truth."""
+NEWER = ("ternary", "binary", "corver")
+"""The published fixes for saying less (docs/methods.md)."""
+REFERENCE, BASE = "fspo", "base"
+"""Question (a) compares each control's change from the base model with FSPO's."""
+
+MOVES = {"below": "down", "above": "up", "unresolved": "holds 0", "n/a": "n/a"}
+
+
+def readings(judges: Sequence[str]) -> list[str]:
+    """What question (a) reads: length first (the headline), accuracy, and per judge the rate and supported count."""
+    return ["sentences_per_response", "accuracy",
+            *[f"{kind}@{j}" for j in judges for kind in ("step_hallucination", "supported_per_response")]]
+
+
+def move(row) -> str:
+    """'down', 'up', 'holds 0' or 'n/a' for a difference row (its interval against 0)."""
+    return "n/a" if row is None else MOVES[interval_side(float(row["low"]), float(row["high"]))]
+
+
+def classify_reading(control_move: str, fspo_move: str, fspo_minus_control: str) -> str:
+    """Question (a)'s answer on one reading, from where three intervals lie: C - base, FSPO - base, FSPO - C."""
+    if fspo_move in ("holds 0", "n/a"):
+        return "FSPO does not move it"
+    if control_move == fspo_move:
+        return {"holds 0": "all of it", fspo_move: "part of it"}.get(fspo_minus_control, "cannot tell")
+    if fspo_minus_control == fspo_move:
+        return "none of it"
+    return "cannot tell"
+
+
+def _row(table: pd.DataFrame, metric: str, method: str, baseline: str):
+    rows = table[(table["metric"] == metric) & (table["method"] == method) & (table["baseline"] == baseline)]
+    return None if rows.empty else rows.iloc[0]
+
+
+def control_check(cells: pd.DataFrame, judges: Sequence[str], control: str, reference: str = REFERENCE,
+                  base: str = BASE, **boot) -> dict:
+    """Question (a) for one control: per reading, C - base, FSPO - base and FSPO - C with their intervals, the
+    share (C - base) / (FSPO - base) of the point estimates and the rule's answer. 'n/a' when an arm is missing."""
+    ran = set(cells["method"])
+    if not {control, reference, base} <= ran:
+        return {"control": control, "answer": "n/a", "readings": []}
+    metrics = readings(judges)
+    table = pd.concat([pair_differences(cells, metrics, control, base, **boot),
+                       pair_differences(cells, metrics, reference, base, **boot),
+                       pair_differences(cells, metrics, reference, control, **boot)], ignore_index=True)
+    rows = []
+    for metric in metrics:
+        c, f, fc = (_row(table, metric, *pair) for pair in
+                    ((control, base), (reference, base), (reference, control)))
+        if c is None or f is None or fc is None:
+            continue
+        share = float(c["diff"]) / float(f["diff"]) if float(f["diff"]) else float("nan")
+        rows.append({"metric": metric, "answer": classify_reading(move(c), move(f), move(fc)), "share": share,
+                     **{f"{name}_{k}": float(row[k]) for name, row in (("control", c), ("fspo", f), ("gap", fc))
+                        for k in ("diff", "low", "high")}})
+    headline = rows[0]["answer"] if rows and rows[0]["metric"] == "sentences_per_response" else "n/a"
+    return {"control": control, "answer": headline, "readings": rows}
+
+
+def more_right_check(differences: pd.DataFrame, matched: pd.DataFrame, judges: Sequence[str],
+                     arms: Sequence[str], trained_against: dict[str, str | None]) -> list[dict]:
+    """Question (b): per arm, under each held-out judge (every judge but the arm's own training verifier), whether
+    it is *more right* (step hallucination - GRPO moves down, supported sentences - GRPO does not) and whether it
+    *says less* (supported sentences - GRPO moves down), and its answer: 'yes' (more right under >= 2 judges, says
+    less under none, and no matched-length interval above 0), 'one judge', or 'no'."""
+    out = []
+    for arm in arms:
+        rows = []
+        for judge in judges:
+            if judge == trained_against.get(arm):
+                continue
+            rate = _row(differences, f"step_hallucination@{judge}", arm, "grpo")
+            supported = _row(differences, f"supported_per_response@{judge}", arm, "grpo")
+            if rate is None or supported is None:
+                continue
+            same_length = matched[(matched["judge"] == judge) & (matched["method"] == arm)] if len(matched) else matched
+            rows.append({"judge": judge, "rate": move(rate), "supported": move(supported),
+                         "matched": move(None if same_length.empty else same_length.iloc[0]),
+                         "more_right": move(rate) == "down" and move(supported) != "down",
+                         "says_less": move(supported) == "down"})
+        if not rows:
+            continue
+        right = sum(r["more_right"] for r in rows)
+        less = any(r["says_less"] for r in rows)
+        matched_up = any(r["matched"] == "up" for r in rows)
+        answer = ("yes" if right >= 2 and not less and not matched_up else
+                  "one judge" if right == 1 and not less else "no")
+        out.append({"arm": arm, "answer": answer, "judges": rows})
+    return out
+
+
+def advantage_mass(training: pd.DataFrame, arms: Sequence[str], regions: Sequence[str]) -> pd.DataFrame:
+    """Per arm, the mean over steps and seeds of the logged net push sum A / sum |A| on each region (the
+    trainer's `adv_signed_share/<region>`): where the advantage went. Arms that did not log it are left out."""
+    rows = []
+    for arm in arms:
+        runs = training[training["method"] == arm] if "method" in training else training.iloc[0:0]
+        columns = [f"adv_signed_share/{r}" for r in regions]
+        if runs.empty or not set(columns) <= set(runs.columns):
+            continue
+        by_seed = runs.groupby("seed")[columns].mean()
+        rows.append({"arm": arm, **{r: float(by_seed[c].mean()) for r, c in zip(regions, columns)}})
+    return pd.DataFrame(rows)
+
+
+def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[str], arms: Sequence[str],
+                        baseline: str = "grpo", pct: str = "95%") -> list[str]:
+    """One table per judge: every arm's accuracy, step hallucination (natural and matched length) and supported
+    sentences per response, each with its interval and its difference to `baseline`."""
+    cell = tables["methods"].set_index(["metric", "method"])
+    diff = tables["differences"]
+    lines = ["", "## Every arm on three axes: precision, detail, accuracy", "",
+             f"Precision is step hallucination (lower is better), detail is supported reasoning sentences per "
+             f"response (higher is better), accuracy is the share of correct answers. Mean [{pct} interval], then "
+             f"the paired difference to {baseline}; `matched`: the difference at matched length (responses with the "
+             "same number of reasoning sentences). Bold: the interval excludes 0."]
+
+    def value(metric, arm):
+        return (format_interval(metric, *cell.loc[(metric, arm), ["mean", "low", "high"]])
+                if (metric, arm) in cell.index else "")
+
+    def shown(metric, row):
+        if row is None:
+            return ""
+        low, high = float(row["low"]), float(row["high"])
+        text = format_interval(metric, float(row["diff"]), low, high, signed=True)
+        return f"**{text}**" if interval_side(low, high) in ("below", "above") else text
+
+    def matched_row(judge, arm):
+        rows = matched[(matched["judge"] == judge) & (matched["method"] == arm)] if len(matched) else matched
+        return None if rows.empty else rows.iloc[0]
+
+    for judge in judges:
+        rate, supported = f"step_hallucination@{judge}", f"supported_per_response@{judge}"
+        lines += ["", f"**{judge} judge**", "",
+                  f"| arm | accuracy % | - {baseline} | step hallucination % | - {baseline} | - {baseline}, matched | "
+                  f"supported per response | - {baseline} |", "|---|---|---|---|---|---|---|---|"]
+        for arm in arms:
+            if (rate, arm) not in cell.index:
+                continue
+            accuracy = shown("accuracy", _row(diff, "accuracy", arm, baseline))
+            lines.append(f"| {arm} | {value('accuracy', arm)} | {accuracy} | "
+                         f"{value(rate, arm)} | {shown(rate, _row(diff, rate, arm, baseline))} | "
+                         f"{shown(rate, matched_row(judge, arm))} | {value(supported, arm)} | "
+                         f"{shown(supported, _row(diff, supported, arm, baseline))} |")
+    return lines
+
+
+def reading_label(metric: str) -> str:
+    name, _, judge = metric.partition("@")
+    label = {"sentences_per_response": "reasoning sentences per response", "accuracy": "accuracy",
+             "step_hallucination": "step hallucination", "supported_per_response": "supported sentences per response"}
+    return label.get(name, name) + (f" ({judge} judge)" if judge else "")
+
+
+def control_text(check: dict) -> str:
+    """Question (a) for one control in words: the headline, then every reading with its numbers."""
+    control = check["control"]
+    if check["answer"] == "n/a":
+        return f"{control}: not answered ({control}, {REFERENCE} or {BASE} was not evaluated)."
+    parts = []
+    for r in check["readings"]:
+        metric = r["metric"]
+        parts.append(f"{reading_label(metric)}: {r['answer']} ({control} - {BASE} "
+                     f"{format_interval(metric, r['control_diff'], r['control_low'], r['control_high'], True)}, "
+                     f"{REFERENCE} - {BASE} "
+                     f"{format_interval(metric, r['fspo_diff'], r['fspo_low'], r['fspo_high'], True)}, "
+                     f"{REFERENCE} - {control} "
+                     f"{format_interval(metric, r['gap_diff'], r['gap_low'], r['gap_high'], True)}"
+                     + (f"; share {r['share']:.2f}" if r["answer"] in ("all of it", "part of it") else "") + ")")
+    return (f"**{control}: {check['answer']}** of FSPO's change in reasoning length. " + "; ".join(parts) + ".")
+
+
+def more_right_text(rows: list[dict]) -> str:
+    """Question (b)'s answer in words."""
+    if not rows:
+        return "not answered: no arm besides grpo was evaluated under a held-out judge."
+    yes = [r["arm"] for r in rows if r["answer"] == "yes"]
+    one = [r["arm"] for r in rows if r["answer"] == "one judge"]
+    head = (f"yes: {', '.join(yes)}" if yes else "no arm does") + (
+        f" ({', '.join(one)}: under one judge only)" if one else "")
+    detail = "; ".join(
+        f"{r['arm']} {r['answer']} (" + ", ".join(
+            f"{j['judge']}: rate {j['rate']}, supported {j['supported']}, matched {j['matched']}"
+            for j in r["judges"]) + ")" for r in rows)
+    return (f"**{head}.** {detail}. With this many arms and judges, about one reading in twenty falls outside its "
+            "interval by chance.")
+
+
+def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judges: Sequence[str],
+                      arms: Sequence[str], baseline: str = "grpo", pct: str = "95%") -> list[str]:
+    """The summary's sections on the controls and the newer rewards, from `controls` (summary.json's
+    statistics.controls: control_checks, more_right, advantage_mass) and the study's tables: every arm on the three
+    axes, then both questions' answers and where the advantage went."""
+    checks, more_right = controls["control_checks"], controls["more_right"]
+    mass = pd.DataFrame(controls.get("advantage_mass") or [])
+    lines = three_axes_markdown(tables, matched, judges, arms, baseline, pct)
+    lines += ["", "## Controls and newer rewards: the two questions", "",
+                          "Rules fixed before these runs were read: docs/statistics.md, "
+                          "\"Controls and newer rewards\".",
+                          "", "**(a) How much of FSPO's change does a reward without information produce?**", ""]
+    lines += [f"- {control_text(check)}" for check in checks]
+    lines += ["", "**(b) Does any arm lower step hallucination against grpo without writing fewer supported "
+                  "sentences per response?** " + more_right_text(more_right)]
+    if len(mass):
+        regions = [c for c in mass.columns if c != "arm"]
+        lines += ["", "Where the advantage went (net push sum A / sum |A| per region of the sampled responses, mean "
+                      "over steps and seeds; docs/gradient_mass.md):", "",
+                  "| arm | " + " | ".join(regions) + " |", "|---|" + "---|" * len(regions)]
+        lines += [f"| {row['arm']} | " + " | ".join(f"{row[r]:+.2f}" for r in regions) + " |"
+                  for row in mass.to_dict(orient="records")]
+    return lines

@@ -286,6 +286,16 @@ def results_folder(profile: Profile, out: Path) -> Path:
     return (ROOT / resolve_parameters({"d": folders[-1]}, out)["d"]).resolve() if folders else out / "results"
 
 
+def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
+    """The folders a profile's job owns while it runs (`fspo_lite.run_lock`): its results folder and the training
+    notebook's runs folder. Profiles that share an output root but not these folders (lite and study) can run side
+    by side; two jobs into the same ones cannot."""
+    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    runs = [resolve_parameters(p, out)["runs_dir"] for n, p in profile.notebooks
+            if n == TRAINING_NOTEBOOK and "runs_dir" in p]
+    return [results_folder(profile, out), *((ROOT / r).resolve() for r in runs)]
+
+
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
                    data: dict[str, str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
     """Add the profile name, wall times, (when the profile has local_data) which benchmark data each benchmark

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -74,10 +75,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.runs).is_dir():
         parser.error(f"no runs folder {args.runs}")
     from fspo_lite.config import VerifierConfig
+    from fspo_lite.run_lock import RunLockError, run_lock
     from fspo_lite.scoring.verifiers import build_verifier
 
-    verifier = build_verifier(VerifierConfig(name=args.judge))
-    done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
+    try:
+        with run_lock(args.runs, ""):
+            verifier = build_verifier(VerifierConfig(name=args.judge))
+            done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
+    except RunLockError as error:
+        print(f"rejudge: error: {error}", file=sys.stderr)
+        return 1
     for run, n in done.items():
         print(f"[rejudge] {run}: {n} kbqa records judged by {args.judge}")
     if not done:

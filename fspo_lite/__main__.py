@@ -155,7 +155,7 @@ def cmd_audit_sample(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
         items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
-                                    args.benchmark)
+                                    args.benchmark, args.overwrite_labels)
     except ValueError as error:
         print(f"audit sample: {error}", file=sys.stderr)
         return 2
@@ -232,7 +232,7 @@ def cmd_lite(args) -> int:
 
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
-               "RunLockError")
+               "RunLockError", "RunFolderError")
 """Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
 
 
@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     sample.add_argument("--key", default="results/audit_key.json", help="item -> method key; default: %(default)s")
     sample.add_argument("--data", help="evaluation data of the runs (default: the source in their eval/summary.json)")
     sample.add_argument("--benchmark", default="kbqa", help="short-QA benchmark of the records; default: %(default)s")
+    sample.add_argument("--overwrite-labels", action="store_true", help="replace items already labeled (and the key)")
     sample.set_defaults(run=cmd_audit_sample)
     score = audit.add_parser("score", help="unblind the labeled items and compare the methods")
     score.add_argument("--items", default="results/audit_items.jsonl", help="the labeled items; default: %(default)s")

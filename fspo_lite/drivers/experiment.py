@@ -27,7 +27,7 @@ import yaml
 from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.report.render import write_summary
-from fspo_lite.drivers.runs import invocation_counts
+from fspo_lite.drivers.runs import check_run_folders, invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS
 from fspo_lite.scoring.plan import check_settings
@@ -152,6 +152,20 @@ def check_profile(profile: Profile) -> None:
                 raise ConfigError(f"profile {profile.name}: {name}, arm {method}: {error}") from None
 
 
+def check_training_folders(profile: Profile, out: Path) -> None:
+    """`check_run_folders` for the training notebook's runs (its methods x seeds in its runs_dir), before the first
+    notebook runs: a run folder holding files fspo-lite did not write is refused, never cleared."""
+    for name, parameters in profile.notebooks:
+        if name != TRAINING_NOTEBOOK:
+            continue
+        known = notebook_parameters(name)
+        parameters = resolve_parameters(parameters, out)
+        methods = parameters.get("methods", ast.literal_eval(known["methods"]))
+        seeds = parameters.get("seeds", ast.literal_eval(known["seeds"]))
+        runs_dir = parameters.get("runs_dir", ast.literal_eval(known["runs_dir"]))
+        check_run_folders(ROOT / runs_dir, methods, seeds if isinstance(seeds, list) else [seeds])
+
+
 def local_sources(local_data: list[str], folder: str | Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """({benchmark: spec} for notebook 03's evaluation.sources, {benchmark: what it reads}).
 
@@ -215,6 +229,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
 
     check_profile(profile)  # a misspelled parameter, method or config key: one line, before any notebook runs
     out = (ROOT / (out if out is not None else profile.out)).resolve()
+    check_training_folders(profile, out)  # a run folder holding someone's files: refused before any notebook runs
     results_dir = results_folder(profile, out)
     executed_dir = results_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)

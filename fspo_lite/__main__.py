@@ -232,7 +232,7 @@ def cmd_lite(args) -> int:
 
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
-               "RunLockError", "RunFolderError")
+               "RunLockError", "RunFolderError", "DiskFullError")
 """Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
 
 

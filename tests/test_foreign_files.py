@@ -17,10 +17,12 @@ def test_a_run_folder_holding_someones_files_is_refused_and_left_as_it_is(tmp_pa
     (run / "mine").mkdir(parents=True)
     (run / "notes.txt").write_text("my notes")
     (run / "metrics.jsonl").write_text('{"step": 1}\n')
-    with pytest.raises(RunFolderError, match=r"grpo_s0 would be cleared for a new run \(its run_settings.json is "
-                                             r"missing\), but it holds what fspo-lite did not write \(mine, notes.txt\)"):
+    expected = (r"grpo_s0 would be cleared for a new run \(its run_settings.json is missing\), but it holds what "
+                r"fspo-lite did not write \(mine, notes.txt\)")
+    with pytest.raises(RunFolderError, match=expected):
         prepare_run_dir(run, "key")
-    assert (run / "notes.txt").read_text() == "my notes" and (run / "metrics.jsonl").exists() and (run / "mine").is_dir()
+    assert (run / "notes.txt").read_text() == "my notes" and (run / "metrics.jsonl").exists()
+    assert (run / "mine").is_dir()
     (run / RUN_SETTINGS).write_text(json.dumps({"settings_key": "other"}))  # a run of other settings, plus files
     with pytest.raises(RunFolderError, match="its run_settings.json is of other settings"):
         prepare_run_dir(run, "key")

@@ -21,6 +21,7 @@ import random
 from pathlib import Path
 from typing import Sequence
 
+from fspo_lite.atomic import atomic_write_json
 from fspo_lite.data.labeling import LABEL_VALUES, SentenceItem, load_items, save_items
 from fspo_lite.drivers.report.study import judge_labels
 from fspo_lite.jsonl import read_jsonl
@@ -196,10 +197,8 @@ def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out
     drawn = draw_audit(collect_sentences(runs_dir, methods, qa), n, seed)
     items, key = blind_items(drawn, _examples(runs_dir, data, qa))
     save_items(items, out)
-    key_file = Path(key_path)
-    key_file.parent.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(json.dumps({"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed,
-                                    "items": key}, indent=1))
+    key_file = atomic_write_json(key_path, {"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed,
+                                            "items": key}, indent=1)
     return Path(out), key_file
 
 

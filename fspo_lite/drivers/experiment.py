@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.report.render import write_summary
@@ -251,7 +252,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
                                    cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
                                    kernel_manager_class=quiet_kernel_manager())
         executed = executed_dir / name
-        executed.write_text(without_root(executed.read_text(encoding="utf-8")), encoding="utf-8")
+        atomic_write_text(executed, without_root(executed.read_text(encoding="utf-8")))
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
@@ -325,9 +326,9 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
     if data:
         summary["job"]["benchmark_data"] = data
     written = without_root(json.dumps(summary, indent=2))  # notebook 04 wrote the figures' absolute paths
-    summary_path.write_text(written)
+    atomic_write_text(summary_path, written)
     markdown = write_summary(results_dir)  # rendered again, now with the wall times
-    markdown.write_text(without_root(markdown.read_text()))
+    atomic_write_text(markdown, without_root(markdown.read_text()))
     return json.loads(written)
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fspo_lite.atomic import atomic_write_json, atomic_write_text
 from fspo_lite.config import Config, ConfigError, apply_overrides, load_config
 from fspo_lite.logs.training_log import read_metrics
 
@@ -74,7 +75,7 @@ def write_invocation(runs_dir: str | Path, records: list[dict]) -> Path:
     path = Path(runs_dir) / INVOCATION_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     runs = {run_name(r["method"], r["seed"]): {"status": r["status"], "minutes": r["minutes"]} for r in records}
-    path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({"runs": runs}, indent=1) + "\n")
     return path
 
 
@@ -109,7 +110,7 @@ def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress
     record = {**info, "judge": config.evaluation.step_verifier, "benchmarks": list(config.evaluation.benchmarks),
               "limit": config.evaluation.limit, "samples": config.evaluation.samples, "metrics": metrics,
               "machine": machine()}
-    (run_dir / "heldout.json").write_text(json.dumps(record, indent=1))
+    atomic_write_json(run_dir / "heldout.json", record, indent=1)
     return record
 
 
@@ -204,8 +205,8 @@ def finished_record(run_dir: str | Path, key: str, path_key: str | None = None) 
     if path_key is None or stored != path_key or path_key == key:
         return None
     record["settings_key"] = key
-    path.write_text(json.dumps(record, indent=1))
-    (Path(run_dir) / RUN_SETTINGS).write_text(json.dumps({"settings_key": key}))
+    atomic_write_json(path, record, indent=1)
+    atomic_write_json(Path(run_dir) / RUN_SETTINGS, {"settings_key": key})
     print(f"[fspo_lite] {Path(run_dir).name}: settings key moved to the content-based form ({stored} -> {key})")
     return record
 
@@ -261,13 +262,12 @@ def prepare_run_dir(run_dir: str | Path, key: str) -> str:
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / "eval", ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"settings_key": key}))
+    atomic_write_json(marker, {"settings_key": key})
     return state
 
 
 def check_run_folders(runs_dir: str | Path, methods: list[str], seeds: list[int]) -> None:
-    """RunFolderError before any run starts for a run folder that `prepare_run_dir` would have to clear (it has no
-    run_settings.json) and that holds what fspo-lite did not write."""
+    """RunFolderError, before any run starts, for a run folder without run_settings.json holding foreign files."""
     for method in methods:
         for seed in seeds:
             run_dir = Path(runs_dir) / run_name(method, seed)

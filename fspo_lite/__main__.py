@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fspo_lite.run_lock import command_lock
+
 
 def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config file (defaults are used for anything it leaves out)")
@@ -17,10 +19,11 @@ def cmd_train(args) -> int:
     from fspo_lite.update.trainer import Trainer, describe
 
     config = load_config(args.config, args.overrides)
-    trainer = Trainer(config)
-    report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
-    report(describe(trainer))
-    history = trainer.train()
+    with command_lock([config.train.output_dir], "choose another train.output_dir", _command_line(), every_rank=False):
+        trainer = Trainer(config)
+        report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
+        report(describe(trainer))
+        history = trainer.train()
     keys = ("step", "reward_mean", "accuracy", "format_rate", "step_factuality", "flipped_token_share",
             "loss", "kl", "completion_length", "step_time")
     for row in history:
@@ -120,21 +123,15 @@ def cmd_eval(args) -> int:
         name, _, spec = item.partition("=")
         shortcuts[f"evaluation.sources.{name.strip()}"] = spec.strip()
     config = apply_shortcuts(load_config(args.config, args.overrides), shortcuts)  # the range checks of --set
-    result = evaluate(config, progress=not args.quiet)
-    result.summary["command"] = _command_line()
-    result.save(config.evaluation.output_dir)
-    with pd_options():
-        print(result.table.drop(columns="by").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    with command_lock([config.evaluation.output_dir], "choose another --output", _command_line()):  # before the model
+        result = evaluate(config, progress=not args.quiet)
+        result.summary["command"] = _command_line()
+        result.save(config.evaluation.output_dir)
+    print(result.table.drop(columns="by").to_string(index=False, float_format=lambda v: f"{v:.4f}"))  # every row
     seconds = {name: b["seconds"] for name, b in result.summary["benchmarks"].items()}
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
     print(f"results: {config.evaluation.output_dir}/(summary.json, table.csv, records.jsonl)")
     return 0
-
-
-def pd_options():
-    import pandas as pd
-
-    return pd.option_context("display.width", 200, "display.max_rows", 500)
 
 
 def cmd_verifiers_benchmark(args) -> int:
@@ -158,7 +155,7 @@ def cmd_audit_sample(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
         items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
-                                    args.benchmark)
+                                    args.benchmark, args.overwrite_labels)
     except ValueError as error:
         print(f"audit sample: {error}", file=sys.stderr)
         return 2
@@ -217,8 +214,8 @@ def cmd_lite(args) -> int:
     from pathlib import Path
 
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (ROOT, load_profile, override_parameters, results_folder, run_profile,
-                                              with_training_overrides)
+    from fspo_lite.drivers.experiment import (ROOT, job_folders, load_profile, override_parameters, results_folder,
+                                              run_profile, with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
     # training runs (notebook 03's `overrides`)
@@ -226,14 +223,16 @@ def cmd_lite(args) -> int:
     config_sets = [item for item in args.overrides if not item[:2].isdigit()]
     profile = override_parameters(load_profile(args.profile), notebook_sets)
     profile = with_training_overrides(profile, parse_overrides(config_sets))
-    summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
+    with command_lock(job_folders(profile, args.out), "choose another --out", _command_line()):
+        summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
     results = results_folder(profile, (ROOT / (args.out or profile.out)).resolve())
     shown = results.relative_to(Path.cwd()) if results.is_relative_to(Path.cwd()) else results
     print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {shown}/summary.md")
     return 0
 
 
-USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError")
+USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
+               "RunLockError", "RunFolderError", "DiskFullError")
 """Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
 
 
@@ -358,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     sample.add_argument("--key", default="results/audit_key.json", help="item -> method key; default: %(default)s")
     sample.add_argument("--data", help="evaluation data of the runs (default: the source in their eval/summary.json)")
     sample.add_argument("--benchmark", default="kbqa", help="short-QA benchmark of the records; default: %(default)s")
+    sample.add_argument("--overwrite-labels", action="store_true", help="replace items already labeled (and the key)")
     sample.set_defaults(run=cmd_audit_sample)
     score = audit.add_parser("score", help="unblind the labeled items and compare the methods")
     score.add_argument("--items", default="results/audit_items.jsonl", help="the labeled items; default: %(default)s")

@@ -83,6 +83,15 @@ def save_items(items: Sequence[SentenceItem], path: str | Path) -> None:
     os.replace(staging, path)
 
 
+def lost_labels(path: str | Path, items: Sequence[SentenceItem]) -> list[str]:
+    """Ids of the labeled items in the file at `path` that `items` lacks or leaves unlabeled (the labels writing
+    `items` there would lose); [] when there is no file. A file that is not an items file raises ValueError."""
+    if not Path(path).exists():
+        return []
+    kept = {item.id for item in items if item.label is not None}
+    return [item.id for item in load_items(path) if item.label is not None and item.id not in kept]
+
+
 def load_items(path: str | Path) -> list[SentenceItem]:
     """Read a gold file; a malformed line raises ValueError naming the file and line."""
     items = []
@@ -111,7 +120,13 @@ class LabelingSession:
     def load(cls, path: str | Path) -> "LabelingSession":
         return cls(load_items(path))
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, replace_labels: bool = False) -> None:
+        """Write the items to `path`; ValueError (nothing written) when that would drop labels the file holds (a
+        labeled item missing from this session or unlabeled in it), unless replace_labels. Relabeling passes."""
+        lost = 0 if replace_labels else len(lost_labels(path, self.items))
+        if lost:
+            raise ValueError(f"{path} holds {lost} labeled items this session would drop; save elsewhere, or save "
+                             "with replace_labels=True to replace them")
         save_items(self.items, path)
 
     @property
@@ -211,7 +226,7 @@ class LabelingTool:
     def save_file(self) -> None:
         try:
             self.session.save(self.out_file)
-        except OSError as error:
+        except (OSError, ValueError) as error:
             self.status.value = f"not saved: {error}"
             return
         done = sum(item.label is not None for item in self.session.items)

@@ -21,6 +21,7 @@ import random
 from pathlib import Path
 from typing import Sequence
 
+from fspo_lite.atomic import atomic_write_json
 from fspo_lite.data.labeling import LABEL_VALUES, SentenceItem, load_items, save_items
 from fspo_lite.drivers.report.study import judge_labels
 from fspo_lite.jsonl import read_jsonl
@@ -168,18 +169,36 @@ def _examples(runs_dir: str | Path, data: str | None, qa: str) -> dict:
     return {example.id: example for example in load_benchmark(qa, data)}
 
 
+def labeled_count(items_path: str | Path) -> int:
+    """How many items of an items file carry a label (0 when the file is missing); ValueError, naming the file,
+    when it is not an items file (it may hold someone's work)."""
+    path = Path(items_path)
+    if not path.exists():
+        return 0
+    try:
+        return sum(1 for item in load_items(path) if item.label is not None)
+    except (ValueError, OSError) as error:
+        raise ValueError(f"{path} is not an audit items file ({' '.join(str(error).split())[:120]}); it is left as "
+                         "it is: choose another --out") from None
+
+
 def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out: str, key_path: str,
-                   data: str | None = None, qa: str = "kbqa") -> tuple[Path, Path]:
-    """`audit sample`: draw, blind and write the items and the key."""
+                   data: str | None = None, qa: str = "kbqa", overwrite_labels: bool = False) -> tuple[Path, Path]:
+    """`audit sample`: draw, blind and write the items and the key. Items already labeled at `out` (someone's
+    work, which the key unblinds) are never replaced unless overwrite_labels is set: ValueError before anything
+    is written."""
     if len(methods) != 2:
         raise ValueError("the audit compares two methods, e.g. --methods grpo,fspo")
+    labeled = 0 if overwrite_labels else labeled_count(out)
+    if labeled:
+        raise ValueError(f"{out} holds {labeled} labeled items; drawing again would replace them and their key "
+                         f"{key_path}: score them (audit score), choose another --out and --key, or pass "
+                         "--overwrite-labels to replace them")
     drawn = draw_audit(collect_sentences(runs_dir, methods, qa), n, seed)
     items, key = blind_items(drawn, _examples(runs_dir, data, qa))
     save_items(items, out)
-    key_file = Path(key_path)
-    key_file.parent.mkdir(parents=True, exist_ok=True)
-    key_file.write_text(json.dumps({"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed,
-                                    "items": key}, indent=1))
+    key_file = atomic_write_json(key_path, {"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed,
+                                            "items": key}, indent=1)
     return Path(out), key_file
 
 

@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.data.examples import QAExample, load_mixture, portable_spec
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.scoring.grading import outcome_reward
-from fspo_lite.update.checkpoint import write_text_atomic
 
 
 @dataclass
@@ -93,7 +93,7 @@ class QuestionCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         record = {"kind": self.kind, "key": self.key, "settings": self.settings, **self.extra,
                   "questions": self.questions}
-        write_text_atomic(self.path, json.dumps(record, indent=1))
+        atomic_write_text(self.path, json.dumps(record, indent=1))
 
 
 def probe_settings(config, samples: int, system_prompt: str | None = None) -> dict[str, Any]:

@@ -24,10 +24,11 @@ from typing import Any
 
 import yaml
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.config import ConfigError, load_config
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.report.render import write_summary
-from fspo_lite.drivers.runs import invocation_counts
+from fspo_lite.drivers.runs import check_run_folders, invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS
 from fspo_lite.scoring.plan import check_settings
@@ -152,6 +153,20 @@ def check_profile(profile: Profile) -> None:
                 raise ConfigError(f"profile {profile.name}: {name}, arm {method}: {error}") from None
 
 
+def check_training_folders(profile: Profile, out: Path) -> None:
+    """`check_run_folders` for the training notebook's runs (its methods x seeds in its runs_dir), before the first
+    notebook runs: a run folder holding files fspo-lite did not write is refused, never cleared."""
+    for name, parameters in profile.notebooks:
+        if name != TRAINING_NOTEBOOK:
+            continue
+        known = notebook_parameters(name)
+        parameters = resolve_parameters(parameters, out)
+        methods = parameters.get("methods", ast.literal_eval(known["methods"]))
+        seeds = parameters.get("seeds", ast.literal_eval(known["seeds"]))
+        runs_dir = parameters.get("runs_dir", ast.literal_eval(known["runs_dir"]))
+        check_run_folders(ROOT / runs_dir, methods, seeds if isinstance(seeds, list) else [seeds])
+
+
 def local_sources(local_data: list[str], folder: str | Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """({benchmark: spec} for notebook 03's evaluation.sources, {benchmark: what it reads}).
 
@@ -215,6 +230,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
 
     check_profile(profile)  # a misspelled parameter, method or config key: one line, before any notebook runs
     out = (ROOT / (out if out is not None else profile.out)).resolve()
+    check_training_folders(profile, out)  # a run folder holding someone's files: refused before any notebook runs
     results_dir = results_folder(profile, out)
     executed_dir = results_dir / "notebooks"
     executed_dir.mkdir(parents=True, exist_ok=True)
@@ -236,7 +252,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
                                    cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
                                    kernel_manager_class=quiet_kernel_manager())
         executed = executed_dir / name
-        executed.write_text(without_root(executed.read_text(encoding="utf-8")), encoding="utf-8")
+        atomic_write_text(executed, without_root(executed.read_text(encoding="utf-8")))
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")
     total = round(time.perf_counter() - started, 1)
@@ -286,6 +302,16 @@ def results_folder(profile: Profile, out: Path) -> Path:
     return (ROOT / resolve_parameters({"d": folders[-1]}, out)["d"]).resolve() if folders else out / "results"
 
 
+def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
+    """The folders a profile's job owns while it runs (`fspo_lite.run_lock`): its results folder and the training
+    notebook's runs folder. Profiles that share an output root but not these folders (lite and study) can run side
+    by side; two jobs into the same ones cannot."""
+    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    runs = [resolve_parameters(p, out)["runs_dir"] for n, p in profile.notebooks
+            if n == TRAINING_NOTEBOOK and "runs_dir" in p]
+    return [results_folder(profile, out), *((ROOT / r).resolve() for r in runs)]
+
+
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
                    data: dict[str, str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
     """Add the profile name, wall times, (when the profile has local_data) which benchmark data each benchmark
@@ -300,9 +326,9 @@ def record_timings(results_dir: Path, profile: str, timings: dict[str, float], t
     if data:
         summary["job"]["benchmark_data"] = data
     written = without_root(json.dumps(summary, indent=2))  # notebook 04 wrote the figures' absolute paths
-    summary_path.write_text(written)
+    atomic_write_text(summary_path, written)
     markdown = write_summary(results_dir)  # rendered again, now with the wall times
-    markdown.write_text(without_root(markdown.read_text()))
+    atomic_write_text(markdown, without_root(markdown.read_text()))
     return json.loads(written)
 
 

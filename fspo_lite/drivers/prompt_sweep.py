@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fspo_lite.atomic import atomic_write_json
 from fspo_lite.config import FORMAT_INSTRUCTION, DataConfig
 from fspo_lite.data.examples import portable_spec
 from fspo_lite.drivers.base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
@@ -109,7 +110,7 @@ def run_sweep(config, prompts: dict[str, str], samples: int = 4, data: str | Non
 def save_sweep(results: list[PromptResult], path: str | Path, settings: dict) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**settings, "prompts": [dataclasses.asdict(r) for r in results]}, indent=1))
+    atomic_write_json(path, {**settings, "prompts": [dataclasses.asdict(r) for r in results]}, indent=1)
     return path
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fspo_lite.atomic import atomic_write_json, atomic_write_text
 from fspo_lite.config import Config, ConfigError, apply_overrides, load_config
 from fspo_lite.logs.training_log import read_metrics
 
@@ -74,7 +75,7 @@ def write_invocation(runs_dir: str | Path, records: list[dict]) -> Path:
     path = Path(runs_dir) / INVOCATION_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     runs = {run_name(r["method"], r["seed"]): {"status": r["status"], "minutes": r["minutes"]} for r in records}
-    path.write_text(json.dumps({"runs": runs}, indent=1) + "\n")
+    atomic_write_text(path, json.dumps({"runs": runs}, indent=1) + "\n")
     return path
 
 
@@ -109,7 +110,7 @@ def evaluate_run(config: Config, model, tokenizer, run_dir: str | Path, progress
     record = {**info, "judge": config.evaluation.step_verifier, "benchmarks": list(config.evaluation.benchmarks),
               "limit": config.evaluation.limit, "samples": config.evaluation.samples, "metrics": metrics,
               "machine": machine()}
-    (run_dir / "heldout.json").write_text(json.dumps(record, indent=1))
+    atomic_write_json(run_dir / "heldout.json", record, indent=1)
     return record
 
 
@@ -204,22 +205,54 @@ def finished_record(run_dir: str | Path, key: str, path_key: str | None = None) 
     if path_key is None or stored != path_key or path_key == key:
         return None
     record["settings_key"] = key
-    path.write_text(json.dumps(record, indent=1))
-    (Path(run_dir) / RUN_SETTINGS).write_text(json.dumps({"settings_key": key}))
+    atomic_write_json(path, record, indent=1)
+    atomic_write_json(Path(run_dir) / RUN_SETTINGS, {"settings_key": key})
     print(f"[fspo_lite] {Path(run_dir).name}: settings key moved to the content-based form ({stored} -> {key})")
     return record
+
+
+RUN_ENTRIES = frozenset({RUN_SETTINGS, "heldout.json", "eval", "metrics.jsonl", "samples.jsonl", "config.yaml",
+                         "checkpoints", "tensorboard", "rollout_adapters", ".fspo-lite.lock"})
+"""What fspo-lite writes into a run folder (the trainer, `evaluate_run`, the run lock); a hidden `.NAME.tmp-*` file
+is a temporary file of its atomic writes. Anything else in a run folder was put there by someone else."""
+
+
+class RunFolderError(RuntimeError):
+    """A run folder holds files fspo-lite did not write, so it is refused rather than cleared."""
+
+
+def foreign_entries(run_dir: str | Path) -> list[str]:
+    """The names in `run_dir` that fspo-lite does not write (sorted; empty when the folder is missing)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return [run_dir.name] if run_dir.exists() else []
+    return sorted(p.name for p in run_dir.iterdir()
+                  if p.name not in RUN_ENTRIES and not (p.name.startswith(".") and ".tmp-" in p.name))
+
+
+def refuse_foreign(run_dir: str | Path, why: str) -> None:
+    """RunFolderError, in one line naming the folder and its first foreign entries, when `run_dir` holds any."""
+    foreign = foreign_entries(run_dir)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise RunFolderError(f"{run_dir} {why}, but it holds what fspo-lite did not write ({shown}), so it is left as "
+                             "it is: move those out, or choose another runs_dir")
 
 
 def prepare_run_dir(run_dir: str | Path, key: str) -> str:
     """Make a run folder ready to (re)train: 'resume' when it holds a checkpoint of a run with settings `key`;
     otherwise 'new', after removing what a run with other settings (or an unknown one) left there, and the logs
-    of an attempt cut off before its first checkpoint (they would be appended to). Writes RUN_SETTINGS."""
+    of an attempt cut off before its first checkpoint (they would be appended to). Writes RUN_SETTINGS. Only
+    folders that hold nothing but what fspo-lite writes (RUN_ENTRIES) are cleared; any other is refused
+    (RunFolderError) and left untouched."""
     from fspo_lite.update.checkpoint import latest_checkpoint
 
     run_dir = Path(run_dir)
     marker = run_dir / RUN_SETTINGS
     stored = json.loads(marker.read_text()).get("settings_key") if marker.exists() else None
     if run_dir.exists() and stored != key:
+        refuse_foreign(run_dir, "would be cleared for a new run (its run_settings.json is "
+                       + ("missing)" if stored is None else "of other settings)"))
         if any(run_dir.iterdir()):
             print(f"[fspo_lite] {run_dir} holds a run made with other settings; starting it over")
         shutil.rmtree(run_dir)
@@ -229,8 +262,17 @@ def prepare_run_dir(run_dir: str | Path, key: str) -> str:
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / "eval", ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
-    marker.write_text(json.dumps({"settings_key": key}))
+    atomic_write_json(marker, {"settings_key": key})
     return state
+
+
+def check_run_folders(runs_dir: str | Path, methods: list[str], seeds: list[int]) -> None:
+    """RunFolderError, before any run starts, for a run folder without run_settings.json holding foreign files."""
+    for method in methods:
+        for seed in seeds:
+            run_dir = Path(runs_dir) / run_name(method, seed)
+            if run_dir.exists() and not (run_dir / RUN_SETTINGS).exists():
+                refuse_foreign(run_dir, "is not an fspo-lite run (no run_settings.json)")
 
 
 def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) -> dict:
@@ -310,6 +352,7 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     check_runs(shared, methods, seeds, runs_dir, config_path, arms)
+    check_run_folders(runs_dir, methods, seeds)
     if workers == 1 or len(jobs) == 1:
         records: dict[tuple[str, int], dict] = {}
         for method, seed in jobs:

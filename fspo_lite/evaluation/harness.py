@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from fspo_lite.atomic import atomic_path, atomic_write_json, atomic_write_jsonl
 from fspo_lite.config import ConfigError, RolloutConfig
 from fspo_lite.data.prompts import prompt_text, render_prompt
 from fspo_lite.evaluation import metrics as M
@@ -46,14 +47,14 @@ class EvalResult:
     """One dict per generated answer or scored item: prompt, output, extracted answer, grade ..."""
 
     def save(self, output_dir: str | Path) -> Path:
-        """Write summary.json, table.csv and records.jsonl into output_dir."""
+        """Write summary.json, table.csv and records.jsonl into output_dir, each replaced atomically (fspo_lite.atomic:
+        a failed write, a full disk included, leaves the file that was there whole)."""
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.json").write_text(json.dumps(self.summary, indent=2, default=_json_default))
-        self.table.to_csv(out / "table.csv", index=False)
-        with open(out / "records.jsonl", "w", encoding="utf-8") as handle:
-            for record in self.records:
-                handle.write(json.dumps(record, ensure_ascii=False, default=_json_default) + "\n")
+        atomic_write_jsonl(out / "records.jsonl", self.records, ensure_ascii=False, default=_json_default)
+        with atomic_path(out / "table.csv") as tmp:
+            self.table.to_csv(tmp, index=False)
+        atomic_write_json(out / "summary.json", self.summary, indent=2, default=_json_default)
         return out
 
 

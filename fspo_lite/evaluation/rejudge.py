@@ -13,10 +13,11 @@ finished runs; this leaves them as they are. Records of other benchmarks are lef
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 from typing import Sequence
 
+from fspo_lite.atomic import atomic_write_jsonl
 from fspo_lite.jsonl import read_jsonl
 
 
@@ -52,7 +53,8 @@ def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, t
 
 def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundled:kbqa_test",
                  threshold: float = 0.5) -> dict[str, int]:
-    """Rejudge every run's eval/records.jsonl under runs_dir (rewritten in place); {run: records judged}."""
+    """Rejudge every run's eval/records.jsonl under runs_dir (each replaced atomically: a failed write, a full disk
+    included, leaves the old file whole); {run: records judged}."""
     from fspo_lite.data.examples import load_examples
 
     examples = {e.id: e for e in load_examples(data)}
@@ -60,7 +62,7 @@ def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundle
     for path in sorted(Path(runs_dir).glob("*/eval/records.jsonl")):
         records = read_jsonl(path)
         done[path.parent.parent.name] = rejudge_records(records, examples, verifier, judge, threshold)
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        atomic_write_jsonl(path, records, ensure_ascii=False)  # the old file stays whole until the new one is
     return done
 
 
@@ -74,10 +76,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not Path(args.runs).is_dir():
         parser.error(f"no runs folder {args.runs}")
     from fspo_lite.config import VerifierConfig
+    from fspo_lite.run_lock import RunLockError, run_lock
     from fspo_lite.scoring.verifiers import build_verifier
 
-    verifier = build_verifier(VerifierConfig(name=args.judge))
-    done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
+    try:
+        with run_lock(args.runs, ""):
+            verifier = build_verifier(VerifierConfig(name=args.judge))
+            done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
+    except RunLockError as error:
+        print(f"rejudge: error: {error}", file=sys.stderr)
+        return 1
     for run, n in done.items():
         print(f"[rejudge] {run}: {n} kbqa records judged by {args.judge}")
     if not done:

@@ -15,6 +15,7 @@ import math
 import os
 from pathlib import Path
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.jsonl import json_lines, read_jsonl
 
 
@@ -81,9 +82,7 @@ def truncate_jsonl(path: str | Path, step: int) -> None:
     if torn:
         print(f"[fspo_lite] {path.name}: dropped {torn} torn line(s) left by an interrupted run")
     kept = "".join(line + "\n" for line, row in rows if isinstance(row, dict) and row.get("step", 0) <= step)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(kept)
-    os.replace(tmp, path)
+    atomic_write_text(path, kept)
 
 
 def read_metrics(path: str | Path) -> list[dict]:

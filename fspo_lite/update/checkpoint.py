@@ -22,32 +22,13 @@ from pathlib import Path
 
 import torch
 
+from fspo_lite.atomic import atomic_write_text, disk_full_named, fsync_folder
+
 MANIFEST = "manifest.json"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, partial or truncated."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a small text file through a synced temporary file and a rename: readers see the old or the new text."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 def file_sha256(path: Path) -> str:
@@ -84,8 +65,29 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     final = root / f"step-{step:06d}"
     for leftover in root.glob(".staging-*"):  # from a run killed while writing a checkpoint
         shutil.rmtree(leftover, ignore_errors=True)
+    restore_replaced(root)
     staging = root / f".staging-{step:06d}-{os.getpid()}"
     staging.mkdir()
+    try:
+        with disk_full_named(final):  # torch.save's "unexpected pos" on a full disk says so
+            _write_staging(staging, step, model, optimizer, trainer_state, config, state_dict, extra_dirs)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing half-written stays behind; `final` is untouched
+        raise
+    replaced = root / f"{REPLACED}{final.name}-{os.getpid()}" if final.exists() else None
+    if replaced is not None:  # the old copy is removed only once the new one is in place (`restore_replaced`)
+        os.rename(final, replaced)
+    os.rename(staging, final)
+    fsync_folder(root)
+    atomic_write_text(root / "latest", final.name)
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+    return final
+
+
+def _write_staging(staging: Path, step: int, model, optimizer, trainer_state: dict, config, state_dict,
+                   extra_dirs) -> None:
+    """Every file of a checkpoint into `staging`, synced, the manifest last."""
     model.save_pretrained(staging / "model", safe_serialization=True, state_dict=state_dict)
     if optimizer is not None:
         torch.save(optimizer.state_dict(), staging / "optimizer.pt")
@@ -102,14 +104,24 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     for name in files:
         with open(staging / name, "rb") as handle:
             os.fsync(handle.fileno())
-    write_text_atomic(staging / MANIFEST, json.dumps({"step": step, "files": files}, indent=2))
-    _fsync_dir(staging)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(staging, final)
-    _fsync_dir(root)
-    write_text_atomic(root / "latest", final.name)
-    return final
+    atomic_write_text(staging / MANIFEST, json.dumps({"step": step, "files": files}, indent=2))
+    fsync_folder(staging)
+
+
+REPLACED = ".replaced-"
+"""Prefix of a checkpoint folder moved aside while a new checkpoint of the same step takes its name."""
+
+
+def restore_replaced(root: Path) -> None:
+    """Finish a replacement cut off by a crash: a `.replaced-step-N-PID` folder whose `step-N` is back in place is
+    removed; one whose `step-N` is missing (the crash fell between the two renames) is renamed back, so the trained
+    weights are never lost."""
+    for aside in sorted(root.glob(f"{REPLACED}step-*")) if root.exists() else []:
+        name = aside.name[len(REPLACED):].rpartition("-")[0]
+        if (root / name).exists():
+            shutil.rmtree(aside, ignore_errors=True)
+        elif STEP_FOLDER.fullmatch(name):
+            os.rename(aside, root / name)
 
 
 STEP_FOLDER = re.compile(r"step-\d{6,}")
@@ -126,6 +138,7 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     out) is a CheckpointError: resuming would load another run's weights.
     """
     root = Path(output_dir) / "checkpoints"
+    restore_replaced(root)
     pointer = root / "latest"
     if pointer.exists():
         try:

@@ -19,6 +19,7 @@ import re
 import sys
 from pathlib import Path
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.drivers.report.arms import longer_answer, verifier_answer
 from fspo_lite.drivers.report.controls import control_text, more_right_text
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, questions_of, report_settings, resumed_note,
@@ -193,10 +194,10 @@ def write(root: str | Path = ROOT) -> list[Path]:
     for folder in SUMMARIES.values():
         summary, audit = load(root / folder)
         path = root / folder / "summary.md"
-        path.write_text(summary_document(summary, audit))
+        atomic_write_text(path, summary_document(summary, audit))
         written.append(path)
     readme = root / "README.md"
-    readme.write_text(fill(readme.read_text(), blocks(root)))
+    atomic_write_text(readme, fill(readme.read_text(), blocks(root)))
     return [*written, readme]
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.drivers.report.lite import summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges
 from fspo_lite.drivers.report.study import format_interval
@@ -220,7 +221,7 @@ def write_summary(results_dir: str | Path) -> Path:
     audit_path = folder / AUDIT_FILE
     audit = json.loads(audit_path.read_text()) if audit_path.exists() else None
     path = folder / "summary.md"
-    path.write_text(summary_document(summary, audit))
+    atomic_write_text(path, summary_document(summary, audit))
     return path
 
 

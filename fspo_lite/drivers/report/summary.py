@@ -12,6 +12,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.atomic import atomic_write_text
 from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, longer_check, pairs_table,
                                            questions_markdown, verifier_check)
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
@@ -334,7 +335,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
         plot_advantage_mass(training, figure("advantage_mass"), study.order)
     if study.results_dir is not None:
         Path(study.results_dir).mkdir(parents=True, exist_ok=True)
-        (Path(study.results_dir) / "summary.md").write_text(text)
+        atomic_write_text(Path(study.results_dir) / "summary.md", text)
     return {"markdown": text, "judges": judges, **boot,
             "methods": json.loads(tables["methods"].to_json(orient="records")),
             "differences": json.loads(tables["differences"].to_json(orient="records")),

@@ -1,0 +1,212 @@
+"""One process per output folder: `run_lock(folder)` is held by `train`, `eval`, `lite` (and so the study) and
+`rejudge` for as long as they write there.
+
+The lock is an OS advisory lock (`fcntl.flock`) on `<folder>/.fspo-lite.lock`, which the kernel releases when its
+process ends however it ends (SIGKILL included), so a lock can never outlive its holder. The same file holds a small
+JSON record of the holder (pid, host, command, start time) for the one-line refusal a second process gets. A record
+found in a file whose lock is free was left by a holder that died; the new process says so in one line and takes
+over. The file is removed (under the lock) when the holder finishes, and a folder the lock itself had to create is
+removed again if nothing was written into it.
+
+Nested calls in the same process tree pass: the folders a process holds are listed in $FSPO_LITE_RUN_LOCKS, which
+children (notebook kernels, worker processes) inherit, so a notebook of `lite` that calls an entry point for a
+folder its parent holds does not wait on it. On platforms without `fcntl` the lock file is created exclusively
+instead; a leftover one is taken over only when its holder's pid is known dead on this host (POSIX), else the
+refusal names the file to remove.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+LOCK_NAME = ".fspo-lite.lock"
+"""The lock file inside a locked folder."""
+HELD_ENV = "FSPO_LITE_RUN_LOCKS"
+"""Folders held by this process or an ancestor, os.pathsep-separated: a nested lock on one of them passes."""
+
+
+class RunLockError(RuntimeError):
+    """The folder belongs to another running process."""
+
+
+def holder_record(command: str | None = None) -> dict:
+    """Who holds a lock: pid, host, command line (cut to 300 characters) and start time."""
+    if command is None:
+        command = shlex.join(sys.argv) if sys.argv else "python"
+    return {"pid": os.getpid(), "host": socket.gethostname(), "command": command[:300],
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def describe_holder(record: dict | None) -> str:
+    """'pid 123 on host h (`python -m fspo_lite train ...`, started 2025-01-01 10:00:00 UTC)' or a placeholder."""
+    if not record:
+        return "a process that has not written its record yet"
+    return (f"pid {record.get('pid')} on {record.get('host')} (`{record.get('command')}`, started "
+            f"{record.get('started')})")
+
+
+def read_record(text: str) -> dict | None:
+    """The holder record in a lock file's text; None when empty or not a record."""
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def pid_alive(pid: object) -> bool:
+    """Whether a process with this pid runs on this host; True where that cannot be told (non-POSIX)."""
+    if os.name != "posix" or not isinstance(pid, int) or pid <= 0:
+        return os.name != "posix"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def held_folders() -> list[str]:
+    return [f for f in os.environ.get(HELD_ENV, "").split(os.pathsep) if f]
+
+
+def busy_message(folder: Path, record: dict | None, change: str = "") -> str:
+    """The refusal: the folder, its holder and what to do (wait, or `change`)."""
+    return (f"{folder} is in use by another fspo-lite process: {describe_holder(record)}; wait for it to end"
+            + (f", or {change}" if change else ""))
+
+
+def takeover_message(folder: Path, record: dict) -> str:
+    return f"[fspo_lite] {folder}: taking over the lock left by {describe_holder(record)}, which is no longer running"
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost of `folder` and its parents that does not exist yet (None if `folder` exists)."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing = path
+    return missing
+
+
+def _remove_if_empty(folder: Path, top: Path | None) -> None:
+    """rmdir `folder` and its parents up to `top` (the folders the lock created) while they are empty."""
+    if top is None:
+        return
+    for path in (folder, *folder.parents):
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        if path == top:
+            return
+
+
+def _acquire_flock(path: Path, record: dict, folder: Path, change: str) -> int:
+    """An open descriptor of `path` holding its flock, with `record` written in; RunLockError if it is held."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 1 << 16).decode("utf-8", "replace")
+            os.close(fd)
+            raise RunLockError(busy_message(folder, read_record(text), change)) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:  # else the holder removed the file between our open and flock: try the new one
+            break
+        os.close(fd)
+    previous = read_record(os.read(fd, 1 << 16).decode("utf-8", "replace"))
+    if previous:
+        print(takeover_message(folder, previous), file=sys.stderr)
+    os.ftruncate(fd, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, json.dumps(record).encode())
+    os.fsync(fd)
+    return fd
+
+
+def _acquire_exclusive(path: Path, record: dict, folder: Path, change: str) -> int:
+    """Without fcntl: create the lock file exclusively; a leftover of a dead holder on this host is replaced."""
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            previous = read_record(path.read_text(encoding="utf-8", errors="replace"))
+            if (previous and previous.get("host") == socket.gethostname() and not pid_alive(previous.get("pid"))):
+                print(takeover_message(folder, previous), file=sys.stderr)
+                path.unlink(missing_ok=True)
+                continue
+            raise RunLockError(busy_message(folder, previous, change) + f" (if no such process runs, remove {path})")
+        os.write(fd, json.dumps(record).encode())
+        return fd
+    raise RunLockError(busy_message(folder, None, change))
+
+
+@contextlib.contextmanager
+def run_lock(folder: str | Path, change: str = "choose another output folder",
+             command: str | None = None) -> Iterator[Path]:
+    """Hold `folder` for this process (created if missing); yields the resolved folder. RunLockError, one line
+    naming the folder and the holder, when another live process holds it; `change` completes that line with what to
+    change (e.g. "choose another train.output_dir"). Re-entrant for this process and its children."""
+    folder = Path(folder).expanduser().resolve()
+    if str(folder) in held_folders():
+        yield folder
+        return
+    created = _first_missing(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / LOCK_NAME
+    acquire = _acquire_flock if fcntl is not None else _acquire_exclusive
+    try:
+        fd = acquire(path, holder_record(command), folder, change)
+    except BaseException:
+        _remove_if_empty(folder, created)
+        raise
+    before = os.environ.get(HELD_ENV)
+    os.environ[HELD_ENV] = os.pathsep.join([*held_folders(), str(folder)])
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop(HELD_ENV, None)
+        else:
+            os.environ[HELD_ENV] = before
+        with contextlib.suppress(OSError):
+            path.unlink()  # still under the lock: a waiting opener sees the file change and opens the new one
+        os.close(fd)
+        _remove_if_empty(folder, created)
+
+
+@contextlib.contextmanager
+def run_locks(folders: list[str | Path], change: str = "choose another output folder",
+              command: str | None = None) -> Iterator[list[Path]]:
+    """`run_lock` on several folders (each once, in a fixed order, so two jobs cannot each hold one and wait)."""
+    unique = sorted({Path(f).expanduser().resolve() for f in folders})
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(run_lock(f, change, command)) for f in unique]
+
+
+def command_lock(folders: list[str | Path], change: str, command: str, every_rank: bool = True):
+    """The lock a command takes on the folders it writes, before any model loads. every_rank=False: under a
+    multi-process launch (torchrun / accelerate set $RANK) only rank 0 takes it, for all the ranks of one run."""
+    if not every_rank and os.environ.get("RANK", "0") != "0":
+        return contextlib.nullcontext([])
+    return run_locks(folders, change, command)

@@ -23,7 +23,7 @@ def test_lite_set_rejects_unknown_keys():
 def test_fsdp_compute_dtype_rule():
     import torch
 
-    from fspo_lite.update.fsdp import compute_dtype_for
+    from fspo_lite.update.fsdp import fsdp_compute_dtype as compute_dtype_for
 
     assert compute_dtype_for(torch.device("cpu"), torch.float32) is None  # CPUs compute in the weights' float32
     assert compute_dtype_for(torch.device("cpu"), torch.bfloat16) is None

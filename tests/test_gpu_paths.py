@@ -40,42 +40,19 @@ def test_four_bit_options_are_qlora():
     assert precision.dtype_for(True) == torch.bfloat16 and precision.dtype_for(False) == torch.float16
 
 
-GPUS = {  # name: (compute capability, whether torch can emulate bfloat16 there, the dtype the rule must pick)
-    "Tesla T4": ((7, 5), True, torch.float16),
-    "Tesla V100-SXM2-16GB": ((7, 0), True, torch.float16),
-    "NVIDIA A100-SXM4-40GB": ((8, 0), True, torch.bfloat16),
-    "NVIDIA H100 80GB HBM3": ((9, 0), True, torch.bfloat16),
-}
-
-
-def simulate_gpu(monkeypatch, name: str, old_torch: bool = False) -> torch.dtype:
-    """Make torch.cuda answer as on the GPU `name` of GPUS (is_bf16_supported() True where bfloat16 is only
-    emulated, as torch answers on a T4); `old_torch`: is_bf16_supported has no including_emulation argument.
-    Returns the dtype the rule must pick there."""
-    capability, emulated, expected = GPUS[name]
-
-    def is_bf16_supported(including_emulation: bool = True) -> bool:
-        return capability >= (8, 0) or (including_emulation and emulated)
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
-                        (lambda: capability >= (8, 0) or emulated) if old_torch else is_bf16_supported)
-    return expected
+from conftest import GPUS  # noqa: E402  (the simulated GPUs; the `simulate_gpu` fixture answers as one)
 
 
 @pytest.mark.parametrize("old_torch", [False, True])
 @pytest.mark.parametrize("gpu", list(GPUS))
-def test_every_gpu_path_computes_in_the_native_dtype(monkeypatch, tmp_path, gpu, old_torch):
+def test_every_gpu_path_computes_in_the_native_dtype(simulate_gpu, tmp_path, gpu, old_torch):
     """A T4 and a V100 (bfloat16 emulated at most) get float16 on every path, an A100 and an H100 bfloat16: the
     4-bit compute dtype, vLLM's dtype (4-bit too), FSDP's mixed precision and the trainer's loss scaling."""
     from fspo_lite.config import load_config
     from fspo_lite.rollout.vllm_rollout import llm_arguments, vllm_option_problems
     from fspo_lite.update.fsdp import mixed_precision_policy
 
-    expected = simulate_gpu(monkeypatch, gpu, old_torch)
+    expected = simulate_gpu(gpu, old_torch)
     name = str(expected).replace("torch.", "")
     assert torch.cuda.is_bf16_supported()  # the emulation answer the rule must not trust
     assert precision.gpu_compute_dtype() == expected
@@ -104,11 +81,11 @@ def test_every_gpu_path_computes_in_the_native_dtype(monkeypatch, tmp_path, gpu,
 
 
 @pytest.mark.parametrize("gpu", list(GPUS))
-def test_explicit_bfloat16_for_vllm_is_refused_in_one_line_without_native_bfloat16(monkeypatch, gpu):
+def test_explicit_bfloat16_for_vllm_is_refused_in_one_line_without_native_bfloat16(simulate_gpu, gpu):
     from fspo_lite.config import load_config
     from fspo_lite.rollout.vllm_rollout import vllm_option_problems
 
-    native = simulate_gpu(monkeypatch, gpu) == torch.bfloat16
+    native = simulate_gpu(gpu) == torch.bfloat16
     for overrides in (["model.dtype=bfloat16"], ["model.dtype=bfloat16", "model.load_in_4bit=true"]):
         config = load_config(None, ["rollout.engine=vllm", *overrides])
         problems = vllm_option_problems(config.rollout, config.model, "cuda")

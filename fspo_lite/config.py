@@ -409,7 +409,8 @@ class TrainConfig:
     loss). 0 (default) skips it; the FSPO run used 0.001."""
     fsdp: bool = False
     """Shard weights, gradients and optimizer state over the processes torchrun starts (torch FSDP2: every decoder
-    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md)."""
+    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md). Rollouts
+    come from the transformers engine: the vLLM engines are refused with it."""
 
 
 @dataclass
@@ -946,8 +947,14 @@ def validate_config(config: Config) -> None:
 
 def check_training_settings(config: Config) -> None:
     """The rules of keys that only training reads (an evaluation of the same config is not refused): ConfigError, in
-    one line saying what to change, before any model loads. The trainer runs them (fspo_lite.scoring.plan)."""
-    model = config.model
+    one line saying what to change, before any model loads. The trainer runs them (fspo_lite.scoring.plan), and so
+    do the experiment drivers for every arm before the first one trains."""
+    model, train, engine = config.model, config.train, config.rollout.engine
+    if train.fsdp and engine in ("vllm", "vllm-server"):
+        raise ConfigError(f"train.fsdp=true with rollout.engine={engine} is not supported (the vLLM engines load the "
+                          "adapter from a folder, and a sharded model cannot save one): use rollout.engine=transformers "
+                          "with train.fsdp, or vLLM with train.fsdp=false (one process, or data parallel under "
+                          "accelerate launch)")
     if model.dtype == "float16" and not model.lora:
         raise ConfigError("model.dtype=float16 with model.lora=false would train float16 weights, whose small "
                           "updates round away: set model.lora=true (the adapter stays in float32) or "

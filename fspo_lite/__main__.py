@@ -231,24 +231,9 @@ def cmd_lite(args) -> int:
     return 0
 
 
-USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
-               "RunLockError", "RunFolderError", "DiskFullError")
-"""Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
-
-
-def error_line(error: BaseException) -> str:
-    """One line for an error: the message of a user error; type and message of anything else
-    (file errors name their file), with a pointer to --debug."""
-    message = " ".join(str(error).split()) or type(error).__name__
-    if type(error).__name__ in USER_ERRORS:
-        return f"fspo_lite: error: {message}"
-    if isinstance(error, OSError) and error.filename is not None and error.strerror:
-        message = f"{error.filename}: {error.strerror}"
-    return f"fspo_lite: error: {type(error).__name__}: {message[:500]} (run with --debug for the traceback)"
-
-
 def main(argv: list[str] | None = None) -> int:
-    from fspo_lite.drivers.cli_help import parse_documented, program_name
+    from fspo_lite.drivers.cli_help import error_line, parse_documented, program_name
+    from fspo_lite.drivers.environment import cmd_env
     parser = argparse.ArgumentParser(prog=program_name(), description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -381,6 +366,8 @@ def main(argv: list[str] | None = None) -> int:
                       "samples)")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)
+    commands.add_parser("env", help="python, package versions, the device and the dtype each GPU path will use: "
+                        "paste it into a bug report").set_defaults(run=cmd_env)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, also after the command
     args = parse_documented(parser, [a for a in argv if a != "--debug"])  # also --version, examples, defaults

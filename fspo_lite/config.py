@@ -32,7 +32,8 @@ class ModelConfig:
     name: str = "smollm2-135m"
     """'smollm2-135m' (bundled GGUF, offline), 'tiny' (random weights, tests), a hub id or a local folder."""
     dtype: str = "float32"
-    """float32 | bfloat16 | float16. CPUs want float32."""
+    """float32 | bfloat16 | float16. CPUs want float32. On a GPU without native bfloat16 (T4, V100) bfloat16 is
+    emulated (refused with rollout.engine=vllm); float16 training scales its loss (fspo_lite.models.precision)."""
     lora: bool = True
     """Train a LoRA adapter (True) or all weights (False)."""
     lora_r: int = 16
@@ -51,7 +52,8 @@ class ModelConfig:
     activations dominate memory; off below, where it only costs about a third more compute."""
     load_in_4bit: bool = False
     """QLoRA: 4-bit NF4 base weights with double quantization through bitsandbytes; compute in float32 on a CPU,
-    on a GPU in bfloat16 where supported (Ampere and newer), else float16 (T4); needs model.lora."""
+    on a GPU in an explicit 16-bit model.dtype, else bfloat16 where native (compute capability 8.0 and newer), else
+    float16 (T4, V100: fspo_lite.models.precision); needs model.lora."""
     backend: str = "transformers"
     """transformers | unsloth (GPU only: Unsloth's 4-bit loading, LoRA kernels and its vLLM for rollout.engine=vllm)."""
 
@@ -407,7 +409,8 @@ class TrainConfig:
     loss). 0 (default) skips it; the FSPO run used 0.001."""
     fsdp: bool = False
     """Shard weights, gradients and optimizer state over the processes torchrun starts (torch FSDP2: every decoder
-    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md)."""
+    layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md). Rollouts
+    come from the transformers engine: the vLLM engines are refused with it."""
 
 
 @dataclass
@@ -940,6 +943,22 @@ def validate_config(config: Config) -> None:
     detail = config.detail
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")
+
+
+def check_training_settings(config: Config) -> None:
+    """The rules of keys that only training reads (an evaluation of the same config is not refused): ConfigError, in
+    one line saying what to change, before any model loads. The trainer runs them (fspo_lite.scoring.plan), and so
+    do the experiment drivers for every arm before the first one trains."""
+    model, train, engine = config.model, config.train, config.rollout.engine
+    if train.fsdp and engine in ("vllm", "vllm-server"):
+        raise ConfigError(f"train.fsdp=true with rollout.engine={engine} is not supported (the vLLM engines load the "
+                          "adapter from a folder, and a sharded model cannot save one): use rollout.engine=transformers "
+                          "with train.fsdp, or vLLM with train.fsdp=false (one process, or data parallel under "
+                          "accelerate launch)")
+    if model.dtype == "float16" and not model.lora:
+        raise ConfigError("model.dtype=float16 with model.lora=false would train float16 weights, whose small "
+                          "updates round away: set model.lora=true (the adapter stays in float32) or "
+                          "model.dtype=float32")
 
 
 def validate_band(band: Any, key: str = "--band") -> list[float]:

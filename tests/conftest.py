@@ -120,3 +120,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+GPUS = {  # name: (compute capability, whether torch can emulate bfloat16 there, the dtype the rule must pick)
+    "Tesla T4": ((7, 5), True, "float16"),
+    "Tesla V100-SXM2-16GB": ((7, 0), True, "float16"),
+    "NVIDIA A100-SXM4-40GB": ((8, 0), True, "bfloat16"),
+    "NVIDIA H100 80GB HBM3": ((9, 0), True, "bfloat16"),
+}
+
+
+@pytest.fixture
+def simulate_gpu(monkeypatch):
+    """simulate_gpu(name, old_torch=False): torch.cuda answers as on that GPU of GPUS for this test (`_simulate`)."""
+    return lambda name, old_torch=False: _simulate(monkeypatch, name, old_torch)
+
+
+def _simulate(monkeypatch, name: str, old_torch: bool = False):
+    """Make torch.cuda answer as on the GPU `name` of GPUS (is_bf16_supported() True where bfloat16 is only
+    emulated, as torch answers on a T4); `old_torch`: is_bf16_supported has no including_emulation argument.
+    Returns the dtype the rule must pick there."""
+    import torch
+
+    capability, emulated, expected = GPUS[name]
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        return capability >= (8, 0) or (including_emulation and emulated)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                        (lambda: capability >= (8, 0) or emulated) if old_torch else is_bf16_supported)
+    return getattr(torch, expected)

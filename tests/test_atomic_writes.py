@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from fspo_lite.__main__ import error_line
+from fspo_lite.drivers.cli_help import error_line
 from fspo_lite.atomic import DiskFullError, atomic_write_json, atomic_write_text, is_disk_full
 from fspo_lite.jsonl import read_jsonl
 

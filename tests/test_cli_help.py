@@ -128,3 +128,35 @@ def test_lite_from_an_installation_without_notebooks_says_what_to_do(tmp_path, m
     assert cli.main(["lite", "--profile", "quick"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "clone the repository" in err
+
+
+def test_env_prints_versions_device_and_dtypes_in_a_fresh_process():
+    """`python -m fspo_lite env`, as a user runs it for a bug report: every package named, the platform, the device
+    and the dtype line; on this machine (no CUDA GPU) float32 everywhere."""
+    result = subprocess.run([sys.executable, "-m", "fspo_lite", "env"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    keys = [line.split(":", 1)[0] for line in lines]
+    assert keys[:10] == ["python", "torch", "transformers", "peft", "bitsandbytes", "vllm", "unsloth", "fspo-lite",
+                         "platform", "device"]
+    assert all(line.split(": ", 1)[1] for line in lines[:10])  # a version or "not installed", never empty
+    assert f"fspo-lite: {__version__}" in lines or "fspo-lite: not installed" in lines
+    import torch
+
+    if not torch.cuda.is_available():
+        assert lines[-1].startswith("dtypes: no CUDA GPU, every path computes in float32")
+
+
+@pytest.mark.parametrize("gpu, dtype, scaling", [("Tesla T4", "float16", "on"),
+                                                 ("NVIDIA A100-SXM4-40GB", "bfloat16", "off")])
+def test_env_on_a_simulated_gpu_names_its_dtype_for_every_path(simulate_gpu, gpu, dtype, scaling):
+    from fspo_lite.drivers.environment import environment_lines
+
+    simulate_gpu(gpu)
+    lines = environment_lines()
+    assert any(line.startswith(f"device: {gpu}, compute capability ") for line in lines)
+    assert f"GPU compute dtype: {dtype} (bfloat16 only where native: compute capability >= 8.0)" in lines
+    for path in ("4-bit compute (bitsandbytes)", "vLLM dtype", "FSDP mixed precision"):
+        assert any(line.startswith(f"  {path}: {dtype}") for line in lines), path
+    assert any(line.startswith(f"  loss scaling for 4-bit or FSDP training: {scaling}") for line in lines)

@@ -18,11 +18,12 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig
+from fspo_lite.models import precision
 from fspo_lite.models.policy import (
     LARGE_MODEL_PARAMETERS,
     ModelLoadError,
-    compute_dtype,
     four_bit_options,
+    four_bit_placement,
     load_policy,
     wants_gradient_checkpointing,
 )
@@ -36,7 +37,75 @@ def test_four_bit_options_are_qlora():
         "load_in_4bit": True, "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
         "bnb_4bit_compute_dtype": torch.float16,
     }
-    assert compute_dtype(True) == torch.bfloat16 and compute_dtype(False) == torch.float16
+    assert precision.dtype_for(True) == torch.bfloat16 and precision.dtype_for(False) == torch.float16
+
+
+from conftest import GPUS  # noqa: E402  (the simulated GPUs; the `simulate_gpu` fixture answers as one)
+
+
+@pytest.mark.parametrize("old_torch", [False, True])
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_every_gpu_path_computes_in_the_native_dtype(simulate_gpu, tmp_path, gpu, old_torch):
+    """A T4 and a V100 (bfloat16 emulated at most) get float16 on every path, an A100 and an H100 bfloat16: the
+    4-bit compute dtype, vLLM's dtype (4-bit too), FSDP's mixed precision and the trainer's loss scaling."""
+    from fspo_lite.config import load_config
+    from fspo_lite.rollout.vllm_rollout import llm_arguments, vllm_option_problems
+    from fspo_lite.update.fsdp import mixed_precision_policy
+
+    expected = simulate_gpu(gpu, old_torch)
+    name = str(expected).replace("torch.", "")
+    assert torch.cuda.is_bf16_supported()  # the emulation answer the rule must not trust
+    assert precision.gpu_compute_dtype() == expected
+    dtype, device_map = four_bit_placement("float32")
+    assert dtype == expected and device_map == {"": 0}
+    assert four_bit_options(dtype)["bnb_4bit_compute_dtype"] == expected
+    assert four_bit_placement("float16")[0] == torch.float16  # an explicit 16-bit model.dtype is kept
+    config = load_config(str(REPO / "configs" / "colab_t4.yaml"), [f"train.output_dir={tmp_path}"])
+    assert config.model.load_in_4bit and config.rollout.engine == "vllm"
+    assert llm_arguments(config.rollout, config.model, config.train, 64, "cuda")["dtype"] == name
+    assert vllm_option_problems(config.rollout, config.model, "cuda") == []
+    plain = load_config(None, ["rollout.engine=vllm", "model.dtype=float16"])
+    assert llm_arguments(plain.rollout, plain.model, plain.train, 64, "cuda")["dtype"] == "float16"
+    (line,) = vllm_option_problems(plain.rollout, load_config(None, ["rollout.engine=vllm"]).model, "cuda")
+    assert f"set model.dtype={name} " in line  # a float32 model is told this GPU's dtype
+    policy = mixed_precision_policy(precision.fsdp_compute_dtype(torch.device("cuda", 0), torch.float32))
+    assert policy.param_dtype == expected and policy.reduce_dtype == torch.float32
+    assert precision.fsdp_compute_dtype(torch.device("cuda", 0), torch.bfloat16) is None
+    scaled = expected == torch.float16
+    assert precision.needs_loss_scaling("float32", True, False, "cuda") is scaled  # 4-bit QLoRA
+    assert precision.needs_loss_scaling("float32", False, True, "cuda") is scaled  # FSDP mixed precision
+    assert precision.needs_loss_scaling("float16", False, False, "cuda") is True
+    assert precision.needs_loss_scaling("float32", False, False, "cuda") is False  # plain float32 weights
+    assert precision.needs_loss_scaling("float16", False, False, "cpu") is False
+    assert f"{gpu}, compute capability {GPUS[gpu][0][0]}.{GPUS[gpu][0][1]}" in precision.device_description()
+
+
+@pytest.mark.parametrize("gpu", list(GPUS))
+def test_explicit_bfloat16_for_vllm_is_refused_in_one_line_without_native_bfloat16(simulate_gpu, gpu):
+    from fspo_lite.config import load_config
+    from fspo_lite.rollout.vllm_rollout import vllm_option_problems
+
+    native = simulate_gpu(gpu) == torch.bfloat16
+    for overrides in (["model.dtype=bfloat16"], ["model.dtype=bfloat16", "model.load_in_4bit=true"]):
+        config = load_config(None, ["rollout.engine=vllm", *overrides])
+        problems = vllm_option_problems(config.rollout, config.model, "cuda")
+        if native:
+            assert problems == []
+        else:
+            (line,) = problems
+            assert "\n" not in line and line.endswith("set model.dtype=float16") and gpu in line
+
+
+def test_cpu_keeps_float32_everywhere(monkeypatch):
+    """Without a GPU: 4-bit computes in float32, FSDP does not cast, the trainer never scales its loss."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert four_bit_placement("float32") == (torch.float32, {"": "cpu"})
+    assert four_bit_placement("bfloat16") == (torch.float32, {"": "cpu"})
+    assert precision.fsdp_compute_dtype(torch.device("cpu"), torch.float32) is None
+    assert precision.vllm_dtype("float32", False) == "float32"
+    assert not precision.native_bf16() and precision.device_description() == "no CUDA GPU"
+    assert not any(precision.needs_loss_scaling(dtype, four, fsdp, "cpu") for dtype in ("float32", "float16")
+                   for four in (False, True) for fsdp in (False, True))
 
 
 def test_gradient_checkpointing_rule():

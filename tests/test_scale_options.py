@@ -23,7 +23,7 @@ def test_lite_set_rejects_unknown_keys():
 def test_fsdp_compute_dtype_rule():
     import torch
 
-    from fspo_lite.update.fsdp import compute_dtype_for
+    from fspo_lite.update.fsdp import fsdp_compute_dtype as compute_dtype_for
 
     assert compute_dtype_for(torch.device("cpu"), torch.float32) is None  # CPUs compute in the weights' float32
     assert compute_dtype_for(torch.device("cpu"), torch.bfloat16) is None
@@ -71,3 +71,22 @@ def test_lite_set_takes_notebook_parameters_and_config_keys(monkeypatch, tmp_pat
     parameters = dict(seen["profile"].notebooks)["03_train_fspo.ipynb"]
     assert parameters["seeds"] == [7] and parameters["overrides"]["train.micro_batch_size"] == 2
     assert main(["lite", "--profile", "quick", "--set", "train.no_such_key=1"]) == 1  # one-line error, no run
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-server"])
+def test_fsdp_with_a_vllm_engine_is_refused_in_one_line_before_any_model_loads(tmp_path, engine, no_model_loads):
+    """A sharded model cannot save the adapter folder both vLLM engines load, so the combination is refused with
+    what to use instead; the transformers engine with FSDP and vLLM without it pass the check."""
+    from fspo_lite.config import ConfigError, check_training_settings, load_config
+    from fspo_lite.update.trainer import Trainer
+
+    server = ["rollout.vllm_server_url=http://127.0.0.1:8000"] if engine == "vllm-server" else []
+    config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", "train.fsdp=true",
+                                               f"rollout.engine={engine}", *server])
+    with pytest.raises(ConfigError) as refused:
+        Trainer(config, progress=False)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"train.fsdp=true with rollout.engine={engine} is not supported")
+    assert "use rollout.engine=transformers with train.fsdp, or vLLM with train.fsdp=false" in line
+    check_training_settings(load_config("configs/tiny.yaml", ["train.fsdp=true"]))
+    check_training_settings(load_config("configs/tiny.yaml", [f"rollout.engine={engine}", *server]))

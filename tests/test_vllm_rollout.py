@@ -150,7 +150,10 @@ def test_stale_adapters_are_this_folders_adapters_only(tmp_path):
     assert stale_adapters({}, root) == [] and stale_adapters({"data": None}, root) == []
 
 
-def test_vllm_option_problems_on_cpu_and_cuda(tmp_path):
+def test_vllm_option_problems_on_cpu_and_cuda(tmp_path, monkeypatch):
+    from fspo_lite.models import precision
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)  # a GPU with bfloat16 (tests/test_gpu_paths.py: others)
     plain = _config(tmp_path, "rollout.engine=vllm")
     assert vllm_option_problems(plain.rollout, plain.model, "cpu") == []
     both = _config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true", "model.load_in_4bit=true")
@@ -320,7 +323,13 @@ def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="sleep_mode=false"):
         _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
     monkeypatch.setattr(vllm_rollout, "vllm_platform", lambda: "cuda")
+    from fspo_lite.models import precision
+
+    monkeypatch.setattr(precision, "native_bf16", lambda: True)  # an A100: bfloat16 is fine
     _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true", "model.dtype=bfloat16"))
+    monkeypatch.setattr(precision, "native_bf16", lambda: False)  # a T4: refused before any model loads
+    with pytest.raises(ValueError, match="needs a GPU with native bfloat16 .*: set model.dtype=float16$"):
+        _check(_config(tmp_path, "rollout.engine=vllm", "model.dtype=bfloat16"))
     with pytest.raises(ValueError, match="needs 16-bit weights"):
         _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
 

@@ -1,6 +1,6 @@
 """The command line's help: a description and examples under every command, defaults shown, and the program
-named as it was started (`fspo-lite` or `python -m fspo_lite`). `fspo_lite.__main__` builds the parsers and hands
-them to `document`."""
+named as it was started (`fspo-lite` or `python -m fspo_lite`), and an error as one line (`error_line`).
+`fspo_lite.__main__` builds the parsers and hands them to `document`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ HELP = {
     "audit": ("", ["audit sample --runs results/study/runs", "audit score --json results/study/audit.json"]),
     "audit sample": ("", ["audit sample --runs results/study/runs --methods grpo,fspo --n 150"]),
     "audit score": ("", ["audit score --json results/study/audit.json"]),
+    "env": ("", ["env"]),
     "lite": ("", ["lite --profile quick", "lite --profile study --set 03.seeds=[0] --set 03.model=tiny",
                   "lite --set model.load_in_4bit=true"]),
 }
@@ -94,3 +95,19 @@ def parse_documented(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     parser.add_argument("--version", action="version", version=f"fspo-lite {__version__}")
     document(parser, parser.prog)
     return parser.parse_args(argv)
+
+
+USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
+               "RunLockError", "RunFolderError", "DiskFullError")
+"""Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
+
+
+def error_line(error: BaseException) -> str:
+    """One line for an error: the message of a user error; type and message of anything else
+    (file errors name their file), with a pointer to --debug."""
+    message = " ".join(str(error).split()) or type(error).__name__
+    if type(error).__name__ in USER_ERRORS:
+        return f"fspo_lite: error: {message}"
+    if isinstance(error, OSError) and error.filename is not None and error.strerror:
+        message = f"{error.filename}: {error.strerror}"
+    return f"fspo_lite: error: {type(error).__name__}: {message[:500]} (run with --debug for the traceback)"

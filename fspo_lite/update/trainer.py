@@ -29,6 +29,7 @@ from fspo_lite.models.attention import grouped_query_sdpa
 from fspo_lite.models.fused_lora import fused_lora
 from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
 from fspo_lite.models.policy import load_policy, trainable_parameter_count
+from fspo_lite.models.precision import needs_loss_scaling
 from fspo_lite.models.prompt_cache import prefix_pass, shares_prompt_pass
 from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
 from fspo_lite.rollout.transformers_rollout import Rollout
@@ -40,6 +41,7 @@ from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_proven
                                          latest_checkpoint, load_checkpoint, save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
+from fspo_lite.update.loss_scale import LossScale
 from fspo_lite.memory import keep_freed_memory
 
 
@@ -90,6 +92,8 @@ class Trainer:
         # (unwrapped, same weights) generates, gives the reference pass and is saved
         self.train_model, self.optimizer = self.dist.prepare(model, optimizer)
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
+        self.loss_scale = LossScale(needs_loss_scaling(  # on only for float16 compute on a GPU
+            config.model.dtype, config.model.load_in_4bit, config.train.fsdp, self.dist.device.type))
         self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
             self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
@@ -142,6 +146,7 @@ class Trainer:
         self.sampler.load_state_dict(state["sampler"])
         self.skipped_updates = state.get("skipped_updates", 0)
         self.bad_steps = state.get("bad_steps", 0)
+        self.loss_scale.load_state_dict(state.get("loss_scale", {}))
         self._drop_rows_after(self.step_index)
         print(f"[fspo_lite] resumed from {path} (step {self.step_index})")
         return True
@@ -161,7 +166,7 @@ class Trainer:
         """Write a checkpoint (main process only; every rank waits for it). Returns its path on the main process.
         The step's metrics row is already on disk (see fspo_lite.logs.training_log), so no step is lost or logged twice."""
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
-                 "bad_steps": self.bad_steps}
+                 "bad_steps": self.bad_steps, **self.loss_scale.checkpoint_state()}
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
         sharded = {}
         if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state
@@ -343,20 +348,21 @@ class Trainer:
                             token_loss, mask[cut], train.loss_aggregation, self.config.rollout.max_new_tokens,
                             total_tokens, total_sequences,
                         )
-                        loss.backward()
+                        self.loss_scale.scaled(loss).backward()
                     epoch_loss += loss.item()
                     if epoch == 0:
                         sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
                         sums["entropy"] += (entropy * mask[cut]).sum().item()
                 if shared_start is not None:
                     shared_start.backward()
+                self.loss_scale.unscale(self.parameters)
                 grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
                 if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
                     skipped = True
                     sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
                     self._skip_update(epoch_loss, grad_norm)
                     break
-                self.optimizer.step()
+                self.loss_scale.step(self.optimizer)  # optimizer.step(), then the scale's growth count
                 self.bad_steps = 0
                 sums["loss"] += epoch_loss / train.ppo_epochs
         self.optimizer.zero_grad(set_to_none=True)
@@ -369,13 +375,16 @@ class Trainer:
         }
 
     def _skip_update(self, loss: float, grad_norm: float) -> None:
-        """Drop the gradients of a non-finite step (weights and optimizer state stay as they were)
-        and count it; `train_step` stops the run after train.max_bad_steps such steps in a row."""
+        """Drop the gradients of a non-finite step (weights, optimizer state kept) and count it: the run stops after
+        train.max_bad_steps in a row; a float16 overflow (update/loss_scale.py) halves the loss scale, not counted."""
+        overflow = self.loss_scale.overflowed(math.isfinite(loss), math.isfinite(grad_norm))
         self.skipped_updates += 1
-        self.bad_steps += 1
+        self.bad_steps += 0 if overflow else 1
+        self.loss_scale.skipped(overflow)
         self.optimizer.zero_grad(set_to_none=True)
+        what = f"loss scale halved to {self.loss_scale.scale:g}" if overflow else f"{self.bad_steps} in a row"
         print(f"[fspo_lite] step {self.step_index + 1}: non-finite loss {loss} or grad norm {grad_norm}; "
-              f"update skipped ({self.bad_steps} in a row)")
+              f"update skipped ({what})")
 
     def _stop_if_diverged(self) -> None:
         if self.bad_steps >= self.config.train.max_bad_steps:

@@ -1,14 +1,19 @@
-"""Probe: hostile settings, data, text and checkpoints, tried as a hostile user would (docs/reliability.md).
+"""Probe: hostile settings, data, text, checkpoints and servers, tried as a hostile user would (docs/reliability.md).
 
-    python bench/hostile_inputs.py [--quick]
+    python bench/hostile_inputs.py [--quick] [--group WORD]
 
 Each case ends in one of: `refused` (one clear line, a ConfigError / DataError / CheckpointError / TrainingError,
 before any model loads where a command would load one; for text: no character lost), `valid` (-1 accepted where a
 negative value means something: reward values and weights), `late` (refused, but only after a model loaded), `silent`
 (accepted and run), `raw` (another exception: a traceback for the user), `lost` (sentence splitting dropped
-characters). It prints one line per case group and a total; `--quick` skips the slow cases (the alias bomb in a
-child process, the 50 MB question, the checkpoint cases that train the tiny model). The script imports the
-package of the checkout it sits in, so a copy of it in an older checkout measures that code.
+characters). A server case (rollout.engine=vllm-server against a fake server on 127.0.0.1, tests/fake_vllm_server.py)
+is `refused` only by a one-line error naming the server within rollout.vllm_server_timeout (+ 2 s), `late` by one
+after that, `raw` by anything else.
+
+It prints one line per case group and a total; `--quick` skips the slow cases (the alias bomb in a child process, the
+50 MB question, the checkpoint cases that train the tiny model); `--group WORD` runs only the groups whose name holds
+WORD (`--group server`). The script imports the package of the checkout it sits in, so a copy of it (with
+tests/fake_vllm_server.py) in an older checkout measures that code.
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from fspo_lite import config as config_module  # noqa: E402
 from fspo_lite.config import Config, load_config  # noqa: E402
@@ -39,7 +45,7 @@ from fspo_lite.jsonl import read_jsonl  # noqa: E402
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError")
 HOSTILE_NUMBERS = [".nan", ".inf", "-.inf", "1e20", "-1"]
-ALWAYS_SHOWN = ("alias bomb (child process)", "50 MB question", "1 MB question")
+ALWAYS_SHOWN = ("alias bomb (child process)", "50 MB question", "1 MB question", "drip headers", "huge streamed")
 """Cases whose line is printed whatever their verdict (their time and size are figures docs/reliability.md quotes)."""
 KINDS = ("refused", "valid", "late", "silent", "raw", "lost")
 WORD_KEYS = ["model.dtype", "model.backend", "rollout.engine", "reward.answer_metric", "reward.claim_extractor",
@@ -334,9 +340,78 @@ def checkpoint_cases(folder: Path) -> list[tuple[str, str, str]]:
     return results
 
 
+SERVER_TIMEOUT = 1.0
+"""rollout.vllm_server_timeout of the server cases: short, so the cases that wait it out stay quick."""
+
+
+def server_verdict(call, url: str) -> tuple[str, str]:
+    """(refused | late | silent | raw, first line of the message) for a call that talks to the server at `url`."""
+    started = time.perf_counter()
+    try:
+        call()
+    except Exception as error:  # noqa: BLE001 - the kind of error is what is measured
+        seconds, text = time.perf_counter() - started, str(error)
+        named = isinstance(error, (RuntimeError, ValueError)) and "\n" not in text and url in text
+        kind = "raw" if not named else "late" if seconds > SERVER_TIMEOUT + 2 else "refused"
+        message = " ".join(text.split()).replace(url, "<server>")[:110]
+        return kind, f"{type(error).__name__}: {message} ({seconds:.1f} s)"
+    return "silent", f"accepted ({time.perf_counter() - started:.1f} s)"
+
+
+def set_token(position: int, value):
+    """An edit of the well-formed choices: completion 0's token `position` replaced by `value`."""
+    return lambda choices: choices[0]["token_ids"].__setitem__(position, value)
+
+
+def set_logprob(value):
+    """An edit of the well-formed choices: completion 1's first log-prob replaced by `value`."""
+    return lambda choices: choices[1]["logprobs"]["token_logprobs"].__setitem__(0, value)
+
+
+def tokens(count: int):
+    """An edit of the well-formed choices: completion 1 holds `count` tokens, with as many log-probs."""
+    return lambda choices: choices[1].update(token_ids=[300] * count, logprobs={"token_logprobs": [-0.1] * count})
+
+
+def server_cases(folder: Path) -> list[tuple[str, str, str]]:
+    """The vllm-server engine (max_new_tokens 5, sampler log-probs, 2 prompts x 2 samples) against a fake server
+    whose /v1/completions misbehaves in one way per case; it drips for at most 10 s."""
+    from fake_vllm_server import HostileVLLMServer, serving
+    from fspo_lite.config import ModelConfig, RolloutConfig
+    from fspo_lite.models.policy import load_policy
+    from fspo_lite.rollout.vllm_server import VLLMServerRollout
+
+    model, tokenizer = load_policy(ModelConfig(name="tiny", lora=True, lora_r=4, lora_alpha=8))
+    edits = {"6 tokens for max_tokens=5": tokens(6), "10,000 tokens": tokens(10_000), "empty completion": tokens(0),
+             "token id = vocabulary size": set_token(1, len(tokenizer)), "token id -3": set_token(0, -3),
+             "token id 2**80": set_token(0, 2**80), "token id 2.0": set_token(2, 2.0),
+             "token id '2'": set_token(2, "2"), "token id [2]": set_token(2, [2]), "token id null": set_token(2, None),
+             "token id true": set_token(2, True),
+             "short log-probs": lambda choices: choices[1]["logprobs"]["token_logprobs"].pop(),
+             "NaN log-prob": set_logprob(math.nan), "inf log-prob": set_logprob(math.inf),
+             "log-prob 5.0": set_logprob(5.0), "3 choices for 4": lambda choices: choices.pop(),
+             "5 choices for 4": lambda choices: choices.append(dict(choices[0], index=4)),
+             "index 1 twice": lambda choices: choices[0].update(index=1)}
+    modes = ["hang", "drip headers", "drip body", "huge announced", "huge streamed", "deep JSON", "long integer"]
+    cases = [(mode, mode, None) for mode in modes] + [(name, "edit", change) for name, change in edits.items()]
+    HostileVLLMServer.stop, HostileVLLMServer.drip_for = threading.Event(), 10.0
+    results = []
+    with serving(HostileVLLMServer, HostileVLLMServer.stop) as url:
+        rollout = RolloutConfig(vllm_server_url=url, max_new_tokens=5, use_sampler_logprobs=True,
+                                vllm_server_timeout=SERVER_TIMEOUT)
+        engine = VLLMServerRollout(model, tokenizer, rollout, adapter_root=folder / "adapters")
+        for name, mode, change in cases:
+            HostileVLLMServer.mode = mode
+            HostileVLLMServer.change = staticmethod(change or (lambda choices: None))
+            results.append((name, *server_verdict(lambda: engine.generate(["Hello?", "Where is Rome?"], num_samples=2),
+                                                  url.rstrip("/"))))
+    return results
+
+
 def main(argv: list[str] | None = None, out=sys.stdout) -> dict[str, dict[str, int]]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the slow cases (for the smoke test)")
+    parser.add_argument("--group", default="", help="run only the case groups whose name holds this word")
     args = parser.parse_args(argv)
     totals = {}
     with tempfile.TemporaryDirectory() as temporary:
@@ -344,9 +419,11 @@ def main(argv: list[str] | None = None, out=sys.stdout) -> dict[str, dict[str, i
         groups = {"YAML files": lambda: yaml_cases(folder, args.quick),
                   "numeric keys x 5 values": lambda: signed_are_valid(value_cases()),
                   "words and method names": word_cases, "eval option shortcuts": shortcut_cases,
-                  "data rows": lambda: data_cases(folder, args.quick), "pysbd marker characters": marker_cases}
+                  "data rows": lambda: data_cases(folder, args.quick), "pysbd marker characters": marker_cases,
+                  "vLLM server answers": lambda: server_cases(folder)}
         if not args.quick:
             groups["checkpoints and reruns"] = lambda: checkpoint_cases(folder)
+        groups = {name: cases for name, cases in groups.items() if args.group.lower() in name.lower()}
         for group, cases in groups.items():
             started = time.perf_counter()
             totals[group] = report(group, cases(), out)

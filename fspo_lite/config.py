@@ -147,7 +147,8 @@ class RolloutConfig:
     """rollout.engine=vllm-server: base URL of an OpenAI-compatible vLLM server (e.g. http://localhost:8000),
     started with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True on a machine that can read train.output_dir."""
     vllm_server_timeout: float = 600.0
-    """Seconds to wait for one server response."""
+    """Seconds one request to the server may take in all: connecting, the server's work and reading its whole answer
+    (a server that sends a byte now and then is cut off too)."""
     share_prompt_prefix: bool = True
     """transformers engine, with share_prompt_prefill: encode the tokens that every prompt of a generation batch
     starts with (system prompt, demonstrations) once, then each prompt's own rest (the same KV cache up to float

@@ -7,12 +7,9 @@ the server engine talks to a small HTTP server on 127.0.0.1.
 """
 
 import copy
-import json
 import sys
-import threading
 import types
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
@@ -35,6 +32,7 @@ from fspo_lite.rollout.vllm_rollout import (
     vllm_platform,
 )
 from fspo_lite.rollout.vllm_server import VLLMServerRollout, answer_from_body, stale_adapters
+from fake_vllm_server import FakeVLLMServer, serving
 
 
 @dataclass
@@ -334,65 +332,15 @@ def test_check_rollout_engine_before_any_model_loads(tmp_path, monkeypatch):
         _check(_config(tmp_path, "rollout.engine=vllm", "rollout.vllm_enable_sleep_mode=true"))
 
 
-class _FakeServer(BaseHTTPRequestHandler):
-    """Answers as a vLLM server does: adapter (un)loading with HTTP 200 and a plain-text body, HTTP 400 for a name
-    loaded twice, /v1/models listing the base model and the loaded adapters with their folders."""
-
-    log: list = []
-    loaded: dict = {}
-
-    def _answer(self, code: int, body: bytes, content_type: str = "application/json"):
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        self.log.append((self.path, None))
-        data = [{"id": "base", "root": "/models/base", "parent": None}] + [
-            {"id": name, "root": path, "parent": "base"} for name, path in self.loaded.items()]
-        self._answer(200, json.dumps({"object": "list", "data": data}).encode())
-
-    def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.log.append((self.path, body))
-        if self.path == "/v1/completions":
-            n = body["n"]
-            choices = [{"index": i * n + j, "text": "", "token_ids": [200 + i, 201 + j, 2], "finish_reason": "stop",
-                        "logprobs": {"token_logprobs": [-0.1, -0.2, -0.3]}}
-                       for i in range(len(body["prompt"])) for j in range(n)]
-            return self._answer(200, json.dumps({"choices": list(reversed(choices))}).encode())
-        name = body.get("lora_name")
-        if self.path == "/v1/load_lora_adapter":
-            if name in self.loaded:
-                message = f"The lora adapter '{name}' has already been loaded."
-                return self._answer(400, json.dumps({"error": {"message": message, "code": 400}}).encode())
-            self.loaded[name] = body["lora_path"]
-            return self._answer(200, f"Success: LoRA adapter '{name}' added successfully.".encode(), "text/plain")
-        if self.path == "/v1/unload_lora_adapter":
-            self.loaded.pop(name, None)
-            return self._answer(200, f"Success: LoRA adapter '{name}' removed successfully.".encode(), "text/plain")
-        self._answer(404, b'{"detail": "Not Found"}')
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def fake_server():
-    server = HTTPServer(("127.0.0.1", 0), _FakeServer)
-    _FakeServer.log, _FakeServer.loaded = [], {}
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/"
-    server.shutdown()
-    server.server_close()
+    with serving(FakeVLLMServer) as url:
+        yield url
 
 
 def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_policy, fake_server):
     model, tokenizer = tiny_policy
-    _FakeServer.loaded = {"policy-killed-v4": str(tmp_path / "killed-v4"),  # left by a killed run of this folder
+    FakeVLLMServer.loaded = {"policy-killed-v4": str(tmp_path / "killed-v4"),  # left by a killed run of this folder
                           "policy-elsewhere-v1": "/another/run/x-v1"}
     rollout = RolloutConfig(vllm_server_url=fake_server, max_new_tokens=5, use_sampler_logprobs=True,
                             vllm_server_timeout=10)
@@ -400,27 +348,27 @@ def test_server_engine_registers_adapters_and_reads_token_ids(tmp_path, tiny_pol
     run = engine.adapters.run_id
     rollout = engine.generate(["Hello?", "Where is Rome?"], num_samples=2)
     engine.generate(["Hello?"], num_samples=2)
-    paths = [path for path, _ in _FakeServer.log]
+    paths = [path for path, _ in FakeVLLMServer.log]
     assert paths == ["/v1/load_lora_adapter", "/v1/models", "/v1/unload_lora_adapter", "/v1/completions",
                      "/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/v1/completions"]
-    load, completion = _FakeServer.log[0][1], _FakeServer.log[3][1]
+    load, completion = FakeVLLMServer.log[0][1], FakeVLLMServer.log[3][1]
     assert load == {"lora_name": f"policy-{run}-v1", "lora_path": str(tmp_path / f"{run}-v1")}
-    assert _FakeServer.log[2][1] == {"lora_name": "policy-killed-v4"}
+    assert FakeVLLMServer.log[2][1] == {"lora_name": "policy-killed-v4"}
     assert completion["model"] == f"policy-{run}-v1" and completion["return_token_ids"] is True
     assert completion["prompt"] == tokenizer(["Hello?", "Where is Rome?"], add_special_tokens=False)["input_ids"]
-    assert _FakeServer.log[5][1] == {"lora_name": f"policy-{run}-v1"}
-    assert set(_FakeServer.loaded) == {f"policy-{run}-v2", "policy-elsewhere-v1"}
+    assert FakeVLLMServer.log[5][1] == {"lora_name": f"policy-{run}-v1"}
+    assert set(FakeVLLMServer.loaded) == {f"policy-{run}-v2", "policy-elsewhere-v1"}
     assert rollout.completion_ids[:, :2].tolist() == [[200, 201], [200, 202], [201, 201], [201, 202]]
     assert torch.allclose(rollout.sampling_logprobs[3], torch.tensor([-0.1, -0.2, -0.3]))
     # a second engine on the same folder (a resumed run) and server: new names, the first run's adapter unloaded
     second = VLLMServerRollout(model, tokenizer, RolloutConfig(vllm_server_url=fake_server, max_new_tokens=5,
                                                                vllm_server_timeout=10), adapter_root=tmp_path)
     second.generate(["Hello?"], num_samples=1)
-    assert set(_FakeServer.loaded) == {f"policy-{second.adapters.run_id}-v1", "policy-elsewhere-v1"}
+    assert set(FakeVLLMServer.loaded) == {f"policy-{second.adapters.run_id}-v1", "policy-elsewhere-v1"}
     # a name the server already holds: its HTTP 400 message in one line
     second.adapters.version = 0
     second.adapters.run_id = run
-    _FakeServer.loaded[f"policy-{run}-v1"] = "x"
+    FakeVLLMServer.loaded[f"policy-{run}-v1"] = "x"
     with pytest.raises(RuntimeError, match="HTTP 400: .*already been loaded"):
         second.generate(["Hello?"], num_samples=1)
 

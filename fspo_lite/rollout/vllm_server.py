@@ -3,10 +3,15 @@
 The HTTP client is the standard library. vLLM answers the adapter endpoints with HTTP 200 and a plain-text
 body, refuses an adapter name it already holds (HTTP 400), and lists the loaded adapters with their folders
 at /v1/models; `answer_from_body`, `adapter_name` (fspo_lite.rollout.vllm_rollout) and `stale_adapters` handle each.
+
+The server is not trusted (`fspo_lite.rollout.server_checks`): every request has one deadline for the whole
+exchange (rollout.vllm_server_timeout) and a bound on the bytes read, and a completions answer is checked before
+anything uses it.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -14,6 +19,8 @@ from pathlib import Path
 
 from fspo_lite.config import RolloutConfig
 from fspo_lite.rollout.sampling import Engine
+from fspo_lite.rollout.server_checks import (ANSWER_BYTES, ERROR_BYTES, Deadline, check_completions, completion_bytes,
+                                             read_within, vocabulary_size)
 from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
 from fspo_lite.rollout.vllm_rollout import AdapterVersions, prompt_token_ids, rollout_from_token_ids, sampling_arguments
 
@@ -21,35 +28,50 @@ from fspo_lite.rollout.vllm_rollout import AdapterVersions, prompt_token_ids, ro
 def answer_from_body(body: str) -> dict:
     """A server's answer as a dict: the JSON object it sent, or {"message": text} for a plain-text body (vLLM
     answers /v1/load_lora_adapter and /v1/unload_lora_adapter with HTTP 200 and text such as "Success: LoRA
-    adapter 'x' added successfully."), {} for an empty one."""
+    adapter 'x' added successfully."), {} for an empty one. Text that is not JSON Python can hold (nesting too deep,
+    an integer of thousands of digits) is text too."""
     text = body.strip()
     if not text:
         return {}
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return {"message": text}
     return value if isinstance(value, dict) else {"message": value}
 
 
-def _send(request: urllib.request.Request, timeout: float) -> dict:
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as error:
-        detail = " ".join(error.read().decode("utf-8", "replace").split())[:500]
-        raise RuntimeError(f"{request.full_url} answered HTTP {error.code}: {detail}") from None
-    except urllib.error.URLError as error:
-        raise RuntimeError(f"cannot reach the vLLM server at {request.full_url}: {error.reason}") from None
-    except (TimeoutError, ConnectionError) as error:
-        raise RuntimeError(f"the vLLM server at {request.full_url} did not answer: {error}") from None
-    return answer_from_body(body)
+def _send(request: urllib.request.Request, timeout: float, limit: int = ANSWER_BYTES) -> dict:
+    """One request, over within `timeout` seconds in all (`Deadline`), its answer at most `limit` bytes
+    (`read_within`); every failure is one RuntimeError line naming the URL."""
+    url = request.full_url
+    with Deadline(timeout) as deadline:
+        try:
+            with deadline.opener().open(request, timeout=timeout) as response:
+                body = read_within(response, limit, deadline, url)
+        except urllib.error.HTTPError as error:
+            try:
+                text = error.read(ERROR_BYTES).decode("utf-8", "replace")
+            except (OSError, http.client.HTTPException):
+                text = ""
+            detail = " ".join(text.split())[:500]
+            raise RuntimeError(f"{url} answered HTTP {error.code}: {detail}") from None
+        except (OSError, http.client.HTTPException) as error:
+            if deadline.expired():
+                raise RuntimeError(f"the vLLM server at {url} did not answer within rollout.vllm_server_timeout="
+                                   f"{timeout:g} s: raise rollout.vllm_server_timeout if the server is busy (a long "
+                                   "batch), or check the server") from None
+            if isinstance(error, urllib.error.URLError):
+                raise RuntimeError(f"cannot reach the vLLM server at {url}: {error.reason}") from None
+            reason = " ".join(str(error).split())[:200] or type(error).__name__
+            raise RuntimeError(f"the vLLM server at {url} did not answer: {reason}") from None
+    return answer_from_body(body.decode("utf-8", "replace"))
 
 
-def post_json(url: str, payload: dict, timeout: float) -> dict:
-    """POST a JSON body; the answer as `answer_from_body` reads it. HTTP errors carry the server's message."""
+def post_json(url: str, payload: dict, timeout: float, limit: int = ANSWER_BYTES) -> dict:
+    """POST a JSON body; the answer as `answer_from_body` reads it, at most `limit` bytes within `timeout` seconds.
+    HTTP errors carry the server's message."""
     return _send(urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                        headers={"Content-Type": "application/json"}), timeout)
+                                        headers={"Content-Type": "application/json"}), timeout, limit)
 
 
 def get_json(url: str, timeout: float) -> dict:
@@ -60,14 +82,16 @@ def get_json(url: str, timeout: float) -> dict:
 def stale_adapters(models_answer: dict, root: str | Path, keep: str | None = None) -> list[str]:
     """Names of the LoRA adapters a server lists (GET /v1/models: vLLM gives each adapter's folder as `root` and
     its base model as `parent`) whose folder lies under `root`, other than `keep`: those an earlier (killed) run
-    of this output folder left loaded."""
+    of this output folder left loaded. Entries of another shape are not adapters of this run."""
     root = Path(root).resolve()
-    names = []
-    for model in models_answer.get("data") or []:
+    names, data = [], models_answer.get("data")
+    for model in data if isinstance(data, list) else []:
         if not isinstance(model, dict) or not isinstance(model.get("id"), str) or model["id"] == keep:
             continue
         folder = model.get("root")
-        if model.get("parent") and isinstance(folder, str) and folder and root in Path(folder).resolve().parents:
+        if not (isinstance(folder, str) and folder and "\0" not in folder):
+            continue
+        if model.get("parent") and root in Path(folder).resolve().parents:
             names.append(model["id"])
     return names
 
@@ -96,6 +120,7 @@ class VLLMServerRollout(Engine):
         self.device = device
         self.eos = eos_ids(tokenizer, policy)
         self.served_adapter: str | None = None
+        self.vocab_size = vocabulary_size(policy, tokenizer)
 
     def _publish_adapter(self) -> str:
         """Save the adapter as a new version, register it with the server, drop the previous one (and, on the first
@@ -127,18 +152,14 @@ class VLLMServerRollout(Engine):
 
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
                  max_new_tokens: int | None = None) -> Rollout:
+        """The server's completions of the prompts, read within rollout.vllm_server_timeout and `completion_bytes`
+        and checked (`check_completions`) before they become a Rollout."""
         ids = prompt_token_ids(self.tokenizer, prompts, self.max_prompt_tokens)
         requests = ids if do_sample else [p for p in ids for _ in range(num_samples)]
         body = self.completion_request(self._publish_adapter(), requests, num_samples, do_sample, max_new_tokens)
-        answer = post_json(f"{self.url}/v1/completions", body, self.timeout)
-        choices = answer.get("choices")
-        if not isinstance(choices, list) or not all(isinstance(choice, dict) for choice in choices):
-            raise RuntimeError(f"{self.url}/v1/completions answered without choices: {str(answer)[:200]}")
-        choices = sorted(choices, key=lambda choice: choice.get("index", 0))
-        if any("token_ids" not in choice for choice in choices):
-            raise RuntimeError("the server returned no token ids; fspo-lite needs a vLLM server that supports "
-                               "return_token_ids (vLLM 0.10.2 or newer)")
-        completions = [list(choice["token_ids"]) for choice in choices]
-        with_logprobs = self.rollout.use_sampler_logprobs
-        logprobs = [choice["logprobs"]["token_logprobs"] for choice in choices] if with_logprobs else None
+        url, count, most = f"{self.url}/v1/completions", len(requests) * body["n"], body["max_tokens"]
+        answer = post_json(url, body, self.timeout, completion_bytes(count, max(map(len, ids)), most))
+        # an answer without choices is shown whole: it may be the server's error message
+        completions, logprobs = check_completions(answer.get("choices", answer), count, most, self.vocab_size,
+                                                  self.rollout.use_sampler_logprobs, url)
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)

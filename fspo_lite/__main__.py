@@ -234,6 +234,7 @@ def cmd_lite(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     from fspo_lite.drivers.cli_help import error_line, parse_documented, program_name
     from fspo_lite.drivers.environment import cmd_env
+    from fspo_lite.drivers.listing import KINDS, cmd_list
     parser = argparse.ArgumentParser(prog=program_name(), description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -368,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     lite.set_defaults(run=cmd_lite)
     commands.add_parser("env", help="python, package versions, the device and the dtype each GPU path will use: "
                         "paste it into a bug report").set_defaults(run=cmd_env)
+    listing = commands.add_parser("list", help="the reward methods, verifiers, benchmarks or lite profiles, one "
+                                  "line each")
+    listing.add_argument("kind", choices=KINDS, help="what to list")
+    listing.set_defaults(run=cmd_list)
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv  # accepted anywhere on the line, also after the command
     args = parse_documented(parser, [a for a in argv if a != "--debug"])  # also --version, examples, defaults

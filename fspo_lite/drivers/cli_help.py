@@ -42,7 +42,7 @@ HELP = {
                        "--set reward.method=klcf.",
                        ["klcf-checklist --config configs/smoke_smollm2.yaml --samples 4"]),
     "eval": ("", ["eval --model smollm2-135m --benchmarks kbqa,truthfulqa_mc --limit 50",
-                  "eval --adapter runs/default/checkpoints/2 --samples 4 --temperature 0.7"]),
+                  "eval --adapter runs/default/checkpoints/step-000002 --samples 4 --temperature 0.7"]),
     "verifiers": ("Measure the step verifiers (docs/verifiers.md).", ["verifiers benchmark --verifiers lexical"]),
     "verifiers benchmark": ("", ["verifiers benchmark --verifiers lexical,embedding --limit 200"]),
     "verifiers calibrate": ("", ["verifiers calibrate --verifiers embedding --train-limit 500"]),
@@ -53,6 +53,7 @@ HELP = {
     "audit sample": ("", ["audit sample --runs results/study/runs --methods grpo,fspo --n 150"]),
     "audit score": ("", ["audit score --json results/study/audit.json"]),
     "env": ("", ["env"]),
+    "list": ("", ["list methods", "list verifiers", "list benchmarks", "list profiles"]),
     "lite": ("", ["lite --profile quick", "lite --profile study --set 03.seeds=[0] --set 03.model=tiny",
                   "lite --set model.load_in_4bit=true"]),
 }

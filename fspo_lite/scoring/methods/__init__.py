@@ -122,6 +122,8 @@ class RewardMethod:
     line, when it is missing or wrong; cheap, run with the settings' checks before any model loads."""
     needs_verdicts: bool = False
     """Whether `score` reads the verifier's sentence labels (RewardBatch.verdicts); implies needs_verifier."""
+    about: str = ""
+    """One line on what the method pays (`fspo-lite list methods`)."""
 
 
 def outcome_method(batch: RewardBatch, section: Any, verifier, tools) -> MethodResult:
@@ -267,14 +269,18 @@ def klcf_preflight(config) -> None:
 
 
 METHODS: dict[str, RewardMethod] = {
-    "grpo": RewardMethod(outcome_method),
-    "caution": RewardMethod(caution_method, section="caution"),
-    "rlfh": RewardMethod(rlfh_method, section="rlfh", needs_verifier=True, flips=False, tools=rlfh_tools),
-    "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True, tools=klcf_tools, preflight=klcf_preflight),
-    "random": RewardMethod(random_method, flips=False),
-    "format": RewardMethod(format_method, flips=False),
-    "binary": RewardMethod(binary_method, needs_verifier=True, needs_verdicts=True),
-    "ternary": RewardMethod(ternary_method),
+    "grpo": RewardMethod(outcome_method, about="the outcome reward: answer F1 (QA) or equivalence (math)"),
+    "caution": RewardMethod(caution_method, section="caution",
+                            about="the caution table: correct answers, or \"Unknown\" when no answer is correct"),
+    "rlfh": RewardMethod(rlfh_method, section="rlfh", needs_verifier=True, flips=False, tools=rlfh_tools,
+                         about="RLFH: token rewards from each statement's truthfulness and informativeness"),
+    "klcf": RewardMethod(klcf_method, section="klcf", needs_verifier=True, tools=klcf_tools, preflight=klcf_preflight,
+                         about="KLCF: checklist recall plus claim precision"),
+    "random": RewardMethod(random_method, flips=False, about="a control: a fair coin per well-formed response"),
+    "format": RewardMethod(format_method, flips=False, about="a control: 1 per well-formed response"),
+    "binary": RewardMethod(binary_method, needs_verifier=True, needs_verdicts=True,
+                           about="Binary RAR: a correct answer paid only when no reasoning sentence is unsupported"),
+    "ternary": RewardMethod(ternary_method, about="TruthRL: +1 correct, 0 \"Unknown\", -1 wrong"),
 }
 """The reward sources by name (reward.method is one of them, or '<name>+fspo'; 'fspo' is 'grpo+fspo')."""
 
@@ -283,3 +289,13 @@ REWARD_METHODS: tuple[str, ...] = tuple(
     for name in (source, "fspo" if source == "grpo" else f"{source}+fspo")[: 2 if method.flips else 1]
 )
 """Every valid reward.method: each source, and its FSPO-flipped form where allowed."""
+
+
+def method_summaries() -> dict[str, str]:
+    """Every valid reward.method with one line on what it pays (the CLI's `list methods`)."""
+    out = {}
+    for name in REWARD_METHODS:
+        source = "grpo" if name == "fspo" else name.removesuffix("+fspo")
+        about = METHODS[source].about
+        out[name] = about + (", with FSPO's sentence-wise advantage flip" if name.endswith("fspo") else "")
+    return out

@@ -1,0 +1,36 @@
+"""`fspo-lite list methods|verifiers|benchmarks|profiles`: what each registry holds, one line per entry, read from
+the registries themselves (the reward-method table, the verifier table, the benchmark table, configs/lite/)."""
+
+from __future__ import annotations
+
+KINDS = ("methods", "verifiers", "benchmarks", "profiles")
+
+
+def entries(kind: str) -> dict[str, str]:
+    """Name -> one line, for one of KINDS."""
+    if kind == "methods":
+        from fspo_lite.scoring.methods import method_summaries
+
+        return method_summaries()
+    if kind == "verifiers":
+        from fspo_lite.scoring.verifiers import VERIFIERS
+
+        return {name: (cls.__doc__ or "").strip().splitlines()[0] for name, cls in VERIFIERS.items()}
+    if kind == "benchmarks":
+        from fspo_lite.evaluation.benchmarks import BENCHMARKS
+
+        return {name: benchmark.description for name, benchmark in BENCHMARKS.items()}
+    if kind == "profiles":
+        from fspo_lite.drivers.experiment import profile_names
+
+        return profile_names()
+    raise ValueError(f"unknown list {kind!r}; available: {', '.join(KINDS)}")
+
+
+def cmd_list(args) -> int:
+    """Print the entries of args.kind, name then description, aligned."""
+    items = entries(args.kind)
+    width = max(map(len, items), default=0)
+    for name, about in items.items():
+        print(f"{name:<{width}}  {about}")
+    return 0

@@ -1,0 +1,32 @@
+"""`fspo-lite list methods|verifiers|benchmarks|profiles`: every registry entry, one line each, read from the
+registries (a new method, verifier, benchmark or profile is listed without an edit here)."""
+
+import pytest
+
+from fspo_lite.__main__ import main
+from fspo_lite.drivers.experiment import profile_names
+from fspo_lite.evaluation.benchmarks import BENCHMARKS
+from fspo_lite.scoring.methods import REWARD_METHODS
+from fspo_lite.scoring.verifiers import VERIFIERS
+
+
+@pytest.mark.parametrize("kind, names", [("methods", REWARD_METHODS), ("verifiers", list(VERIFIERS)),
+                                         ("benchmarks", list(BENCHMARKS)), ("profiles", list(profile_names()))])
+def test_every_entry_is_listed_once_with_a_description(kind, names, capsys):
+    assert main(["list", kind]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == list(names)
+    assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # a description after every name
+
+
+def test_the_flipped_methods_say_so(capsys):
+    main(["list", "methods"])
+    lines = dict(line.split(maxsplit=1) for line in capsys.readouterr().out.splitlines())
+    assert lines["fspo"].startswith(lines["grpo"]) and "FSPO" in lines["fspo"] and "FSPO" not in lines["grpo"]
+    assert "coin" in lines["random"] and "TruthRL" in lines["ternary"]
+
+
+def test_an_unknown_list_is_refused(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["list", "models"])
+    assert stop.value.code == 2 and "invalid choice: 'models'" in capsys.readouterr().err

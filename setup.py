@@ -4,6 +4,7 @@ data/*.jsonl (under 1 MB) sits at the repository root, outside the package, so a
 This copies it into the wheel as fspo_lite/bundled_data/, which `fspo_lite.data.examples.DATA_DIR` prefers when present;
 a checkout or an editable install reads data/ directly. The committed difficulty-filter files (RESULT_FILES) go
 there too, so notebook 03's default `filter_path` resolves from a wheel (`fspo_lite.data.training_set.bundled_or_given`).
+So do the GPU constraints (requirements/gpu-constraints.txt), for the Colab install from an uploaded wheel.
 """
 
 import shutil
@@ -14,6 +15,7 @@ from setuptools.command.build_py import build_py
 
 
 RESULT_FILES = ("results/filter_kbqa_smollm2.json", "results/filter_kbqa_smollm2_full.json")
+GPU_CONSTRAINTS = "requirements/gpu-constraints.txt"  # read from a wheel by fspo_lite/drivers/colab_setup.py
 
 
 class BuildPyWithData(build_py):
@@ -24,7 +26,8 @@ class BuildPyWithData(build_py):
         target = Path(self.build_lib) / "fspo_lite" / "bundled_data"
         target.mkdir(parents=True, exist_ok=True)
         root = Path(__file__).resolve().parent
-        for path in [*sorted(root.joinpath("data").glob("*.jsonl")), *(root / name for name in RESULT_FILES)]:
+        named = (*RESULT_FILES, GPU_CONSTRAINTS)
+        for path in [*sorted(root.joinpath("data").glob("*.jsonl")), *(root / name for name in named)]:
             if path.exists():
                 shutil.copyfile(path, target / path.name)
 

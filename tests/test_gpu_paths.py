@@ -124,6 +124,16 @@ def test_gpu_options_fail_clearly_without_a_gpu(overrides, message):
         load_policy(ModelConfig(name="tiny", **overrides))
 
 
+def test_a_missing_gpu_package_names_its_own_extra(monkeypatch):
+    """Unsloth has its own extra (it caps transformers), so the message names `unsloth`, not `gpu`."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    with pytest.raises(ModelLoadError) as raised:
+        load_policy(ModelConfig(name="tiny", backend="unsloth"))
+    assert "pip install 'fspo-lite[unsloth]'" in str(raised.value)
+    assert "-c requirements/gpu-constraints.txt" in str(raised.value) and "[gpu]" not in str(raised.value)
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"backend": "jax"}, "unknown model.backend 'jax'"),
     ({"load_in_4bit": True, "lora": False}, "QLoRA"),
@@ -240,7 +250,7 @@ def test_vllm_colocated_engine_on_gpu(tmp_path, sleep):
 
 @pytest.mark.gpu
 def test_unsloth_backend_on_gpu(tmp_path):
-    pytest.importorskip("unsloth", reason="the 'gpu' extra (unsloth) is not installed")
+    pytest.importorskip("unsloth", reason="the 'unsloth' extra is not installed")
     from fspo_lite.update.trainer import Trainer
 
     model_dir = random_qwen_folder(tmp_path / "model")

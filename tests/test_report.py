@@ -442,7 +442,6 @@ def test_study_report_answers_the_added_arms_questions(tmp_path):
     """fspo+kb (trained with kb) writes fspo's responses: no change against fspo; grpo+4x and fspo+4x repeat
     grpo and fspo: the picture does not change."""
     from fspo_lite.drivers.report import Bootstrap, Study, study_report
-    from fspo_lite.drivers.report.readme import questions_block
 
     runs = _study_runs(tmp_path / "runs")
     wrong = ("q1", "INCORRECT", {"embedding": [-1], "lexical": [-1]}, 20)
@@ -471,7 +470,4 @@ def test_study_report_answers_the_added_arms_questions(tmp_path):
     assert "## The added arms: a better verifier, a longer run" in text
     assert "| metric | fspo+kb - fspo | fspo+kb - grpo | fspo - grpo | fspo+4x - grpo+4x | grpo+4x - grpo | " in text
     assert "- **Does longer training change the picture?** no: " in text
-    summary = {"statistics": json.loads(json.dumps(out)), "report": {"order": ["base", "grpo"]}}
-    block = questions_block(summary)
-    assert block.startswith("- **Does a better verifier turn saying less into saying right?** no: ")
-    assert "\n- **Does longer training change the picture?** no: " in block
+    assert "- **Does a better verifier turn saying less into saying right?** no: " in text

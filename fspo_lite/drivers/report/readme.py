@@ -20,20 +20,18 @@ import sys
 from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_text
-from fspo_lite.drivers.report.arms import longer_answer, verifier_answer
 from fspo_lite.drivers.report.controls import control_text, more_right_text
-from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, questions_of, report_settings, resumed_note,
+from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
 from fspo_lite.drivers.report.study import format_interval
-from fspo_lite.drivers.report.summary import detail_answer
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}
 """Result folder of each summary the README quotes (relative to the repository root)."""
-STUDY_ROWS = (("accuracy", "accuracy %"), ("step_hallucination@embedding", "step hallucination, embedding judge %"),
-              ("step_hallucination@likelihood", "step hallucination, likelihood judge %"),
-              ("supported_per_response@embedding", "supported sentences per response (embedding judge)"),
-              ("sentences_per_response", "reasoning sentences per response"))
+STUDY_ROWS = (("accuracy", "accuracy %"), ("step_hallucination@embedding", "step halluc., embedding judge %"),
+              ("step_hallucination@likelihood", "step halluc., likelihood judge %"),
+              ("supported_per_response@embedding", "supported sentences (embedding judge)"),
+              ("sentences_per_response", "reasoning sentences"))
 LITE_COLUMNS = (("accuracy", "accuracy %"), ("answer_f1", "answer F1 %"), ("not_attempted", "not attempted %"),
                 ("step_hallucination", "step hallucination %"), ("format_rate", "well-formed %"),
                 ("truthfulqa_mc2", "TruthfulQA MC2 %"), ("halueval_accuracy", "HaluEval acc. %"))
@@ -48,15 +46,17 @@ def load(folder: str | Path) -> tuple[dict, dict | None]:
 
 
 def study_table(summary: dict) -> str:
-    """Trained methods as columns, STUDY_ROWS as rows: mean over seeds [95% interval] from the statistics."""
+    """One row per trained arm, STUDY_ROWS as columns: mean over seeds [95% interval] from the statistics."""
     stats = summary["statistics"]
     methods = [m for m in report_settings(summary)["order"] if m != "base"]
     cells = {(r["metric"], r["method"]): r for r in stats["methods"]}
-    lines = ["| | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
-    for metric, label in STUDY_ROWS:
-        values = [format_interval(metric, *(cells[(metric, m)][k] for k in ("mean", "low", "high")))
-                  if (metric, m) in cells else "" for m in methods]
-        lines.append(f"| {label} | " + " | ".join(values) + " |")
+    lines = ["| arm | " + " | ".join(label for _, label in STUDY_ROWS) + " |", "|---|" + "---|" * len(STUDY_ROWS)]
+    for method in methods:
+        if not any((metric, method) in cells for metric, _ in STUDY_ROWS):
+            continue
+        values = [format_interval(metric, *(cells[(metric, method)][k] for k in ("mean", "low", "high")))
+                  if (metric, method) in cells else "" for metric, _ in STUDY_ROWS]
+        lines.append(f"| {method} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
 
@@ -75,38 +75,6 @@ def lite_table(summary: dict) -> str:
 
         lines.append(f"| {method} | {seeds} | " + " | ".join(cell(metric) for metric, _ in LITE_COLUMNS) + " |")
     return "\n".join(lines)
-
-
-def other_arms(summary: dict) -> str:
-    """One bullet for the detail arm's question and one per caution arm's target (summary.md has the tables)."""
-    stats = summary["statistics"]
-    lines = []
-    for row in stats.get("detail_arm") or []:
-        versus = format_interval("count", row["supported_vs_reference"], row["supported_vs_reference_low"],
-                                 row["supported_vs_reference_high"], signed=True)
-        lines.append(f"- Detail term, {row['judge']} judge: {row['arm']} - {row['reference']} supported sentences per "
-                     f"response {versus}; does it keep {row['reference']}'s drop without saying less? "
-                     f"{detail_answer(row)}.")
-    for row in stats.get("caution_goal") or []:
-        if "caution" not in row["method"]:
-            continue
-        lines.append(f"- Caution reward, {row['method']} - {row['baseline']}: questions whose every answer is wrong "
-                     f"{row['aaw_relative']:+.1%} [{row['aaw_relative_low']:+.1%}, {row['aaw_relative_high']:+.1%}] "
-                     f"relative, not attempted {row['not_attempted_points']:+.1f} points; target (at least 30% fewer, "
-                     f"accuracy down at most 2 points) {'met' if row['met'] else 'not met'}.")
-    return "\n".join(lines)
-
-
-def questions_block(summary: dict) -> str:
-    """The added arms' two questions, answered with their intervals (summary.md has the table behind them)."""
-    questions = questions_of(summary["statistics"])
-    if not questions:
-        return "The study's summary answers neither question: their arms were not run."
-    level = summary["statistics"].get("level", 0.95)
-    return (f"- **Does a better verifier turn saying less into saying right?** "
-            f"{verifier_answer(questions['verifier'], questions['pairs'])}\n"
-            f"- **Does longer training change the picture?** "
-            f"{longer_answer(questions['longer'], questions['pairs'], level)}")
 
 
 def controls_block(summary: dict) -> str:
@@ -146,8 +114,6 @@ def blocks(root: str | Path = ROOT) -> dict[str, str]:
     lite, _ = load(Path(root) / SUMMARIES["lite"])
     return {"study-verdict": "\n".join(verdict_markdown(verdict(study, audit))).rstrip(),
             "study-table": study_table(study),
-            "study-others": other_arms(study),
-            "study-questions": questions_block(study),
             "study-controls": controls_block(study),
             "study-time": study_time(study),
             "lite-table": lite_table(lite),

@@ -33,19 +33,22 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import typing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from fspo_lite import config as config_module  # noqa: E402
 from fspo_lite.config import Config, load_config  # noqa: E402
 from fspo_lite.jsonl import read_jsonl  # noqa: E402
 
-USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError")
+import hostile_outside  # noqa: E402  (bench/: notebook parameters, result files, adapters, output folders)
+
+USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ResultFileError", "OutputFolderError")
 HOSTILE_NUMBERS = [".nan", ".inf", "-.inf", "1e20", "-1"]
-ALWAYS_SHOWN = ("alias bomb (child process)", "50 MB question", "1 MB question", "drip headers", "huge streamed")
+ALWAYS_SHOWN = ("alias bomb (child process)", "03.methods=<384-byte alias bomb> (child process)", "50 MB question", "1 MB question", "drip headers", "huge streamed")
 """Cases whose line is printed whatever their verdict (their time and size are figures docs/reliability.md quotes)."""
 KINDS = ("refused", "valid", "late", "silent", "raw", "lost")
 WORD_KEYS = ["model.dtype", "model.backend", "rollout.engine", "reward.answer_metric", "reward.claim_extractor",
@@ -423,6 +426,8 @@ def main(argv: list[str] | None = None, out=sys.stdout) -> dict[str, dict[str, i
                   "vLLM server answers": lambda: server_cases(folder)}
         if not args.quick:
             groups["checkpoints and reruns"] = lambda: checkpoint_cases(folder)
+        probe = types.SimpleNamespace(ModelLoaded=ModelLoaded, verdict=verdict, cli_verdict=cli_verdict)
+        groups.update(hostile_outside.groups(folder, args.quick, probe))
         groups = {name: cases for name, cases in groups.items() if args.group.lower() in name.lower()}
         for group, cases in groups.items():
             started = time.perf_counter()

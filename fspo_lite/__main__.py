@@ -214,8 +214,8 @@ def cmd_lite(args) -> int:
     from pathlib import Path
 
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (ROOT, job_folders, load_profile, override_parameters, results_folder,
-                                              run_profile, with_training_overrides)
+    from fspo_lite.drivers.experiment import (ROOT, check_profile, job_folders, load_profile, override_parameters,
+                                              results_folder, run_profile, with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
     # training runs (notebook 03's `overrides`)
@@ -223,6 +223,7 @@ def cmd_lite(args) -> int:
     config_sets = [item for item in args.overrides if not item[:2].isdigit()]
     profile = override_parameters(load_profile(args.profile), notebook_sets)
     profile = with_training_overrides(profile, parse_overrides(config_sets))
+    check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
     with command_lock(job_folders(profile, args.out), "choose another --out", _command_line()):
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
     results = results_folder(profile, (ROOT / (args.out or profile.out)).resolve())

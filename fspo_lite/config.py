@@ -646,7 +646,7 @@ def config_from_dict(values: dict[str, Any] | None) -> Config:
 
 def apply_overrides(config: Config, overrides: list[str] | dict[str, Any]) -> Config:
     """Apply 'section.key=value' strings (CLI --set) or a flat {'section.key': value} dict (papermill)."""
-    items = overrides.items() if isinstance(overrides, dict) else [_split_override(o) for o in overrides]
+    items = overrides.items() if isinstance(overrides, dict) else [split_override(o) for o in overrides]
     for dotted, value in items:
         nested: dict[str, Any] = {}
         cursor = nested
@@ -666,7 +666,9 @@ def apply_shortcuts(config: Config, values: dict[str, Any]) -> Config:
     return config
 
 
-def _split_override(text: str) -> tuple[str, Any]:
+def split_override(text: str) -> tuple[str, Any]:
+    """'KEY=VALUE' as (KEY, VALUE read by `parse_yaml`), or ConfigError in one line naming KEY: the parsing of every
+    --set, the config's and the lite job's notebook parameters'."""
     if "=" not in text:
         raise ConfigError(f"override {_shown(text)} must look like section.key=value")
     key, raw = text.split("=", 1)
@@ -679,6 +681,20 @@ def _split_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {key.strip()}: the value is not valid YAML ({problem})") from None
 
 
+def parse_yaml_file(path: Path) -> Any:
+    """A YAML file read with `parse_yaml` (the config's strict loader), or ConfigError in one line naming the file,
+    line and column: config files and the lite job's profiles."""
+    try:
+        return parse_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer over Python's digit limit
+        mark = getattr(error, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(error, "problem", None) or _yaml_value_problem(error)
+        raise ConfigError(f"{where}: invalid YAML ({problem})") from None
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:
     """Load a YAML config (or the defaults when path is None), apply overrides and check every value's
     range (`validate_config`), so a bad value stops the run before any model loads."""
@@ -688,15 +704,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | dict[str,
         if path.is_dir() or not path.exists():
             raise ConfigError(f"{path}: no such config file" + (" (it is a folder)" if path.is_dir() else "")
                               + "; the bundled ones are in configs/ (e.g. configs/tiny.yaml)")
-        try:
-            values = parse_yaml(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as error:
-            raise ConfigError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-        except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer over Python's digit limit
-            mark = getattr(error, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-            problem = getattr(error, "problem", None) or _yaml_value_problem(error)
-            raise ConfigError(f"{where}: invalid YAML ({problem})") from None
+        values = parse_yaml_file(path)
         if values is None:
             raise ConfigError(f"{path}: the file holds no settings (empty, or only comments); leave out --config to "
                               "run with the defaults, or write at least one section (e.g. 'train: {steps: 2}')")
@@ -973,6 +981,6 @@ def validate_band(band: Any, key: str = "--band") -> list[float]:
 def parse_overrides(texts: list[str]) -> dict[str, Any]:
     """'section.key=value' strings as a flat {'section.key': value} dict (values parsed as YAML), each key
     checked against the config's fields, for passing on (e.g. to a notebook's `overrides` parameter)."""
-    parsed = dict(_split_override(text) for text in texts)
+    parsed = dict(split_override(text) for text in texts)
     apply_overrides(Config(), parsed)  # raises ConfigError naming an unknown key or a bad value
     return parsed

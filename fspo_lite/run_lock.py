@@ -23,6 +23,7 @@ import os
 import shlex
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -40,6 +41,77 @@ HELD_ENV = "FSPO_LITE_RUN_LOCKS"
 
 class RunLockError(RuntimeError):
     """The folder belongs to another running process."""
+
+
+class OutputFolderError(RuntimeError):
+    """The output folder cannot be written: a file in its place, no permission, or a name or path too long."""
+
+
+FILE_ROOM = 128
+"""Bytes of path kept for what a command writes inside its output folder (checkpoints/step-000050/model/
+adapter_model.safetensors and the like), so a folder that only just fits does not fail at its first checkpoint."""
+NAME_MAX, PATH_MAX = 255, 4096
+"""The limits assumed where the file system does not say (os.pathconf): 255 bytes per name, 4096 per path."""
+
+
+def _limit(folder: Path, name: str, fallback: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError, AttributeError):  # not POSIX, or the file system does not say
+        return fallback
+
+
+def _existing_ancestor(folder: Path) -> Path:
+    """The longest leading part of `folder` (absolute) that is an existing folder, found from the root down, so an
+    over-long name further on is never handed to the OS."""
+    found = Path(folder.anchor)
+    for path in reversed((folder, *folder.parents)):
+        try:
+            if not path.is_dir():
+                break
+        except OSError:  # a name too long for the file system, and the like
+            break
+        found = path
+    return found
+
+
+def _shown(folder: Path, limit: int = 80) -> str:
+    text = str(folder)
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-limit // 2:]} ({len(text)} characters)"
+
+
+def output_folder_problem(folder: Path) -> str | None:
+    """Why a command could not write into the absolute `folder`, or None: a name longer than the file system's
+    limit (PC_NAME_MAX), a path that with FILE_ROOM bytes more passes PC_PATH_MAX, a file where a folder belongs, or
+    the nearest existing folder refusing a test file (no permission, a read-only file system)."""
+    existing = _existing_ancestor(folder)
+    name_max, path_max = _limit(existing, "PC_NAME_MAX", NAME_MAX), _limit(existing, "PC_PATH_MAX", PATH_MAX)
+    long = [part for part in folder.parts if len(os.fsencode(part)) > name_max]
+    if long:
+        return f"a folder name of {len(os.fsencode(long[0]))} bytes; the file system allows {name_max}"
+    size = len(os.fsencode(str(folder)))
+    if size + FILE_ROOM > path_max:
+        return (f"a path of {size} bytes; with the files written inside it (up to {FILE_ROOM} bytes more) it passes "
+                f"the file system's limit of {path_max}")
+    if existing != folder:
+        blocker = existing / folder.parts[len(existing.parts)]
+        if blocker.exists():
+            return f"{_shown(blocker)} is a file, not a folder"
+    try:
+        fd, name = tempfile.mkstemp(dir=existing, prefix=".fspo-lite-write-test-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as error:
+        return f"{_shown(existing)} is not writable ({error.strerror or error})"
+    return None
+
+
+def check_output_folder(folder: Path, change: str = "choose another output folder") -> None:
+    """OutputFolderError, one line naming the folder, what is wrong and `change`, when `output_folder_problem`
+    finds one: before a command starts its work, not at its first write."""
+    problem = output_folder_problem(folder)
+    if problem:
+        raise OutputFolderError(f"output folder {_shown(folder)} cannot be written: {problem}; {change}")
 
 
 def holder_record(command: str | None = None) -> dict:
@@ -166,11 +238,13 @@ def run_lock(folder: str | Path, change: str = "choose another output folder",
              command: str | None = None) -> Iterator[Path]:
     """Hold `folder` for this process (created if missing); yields the resolved folder. RunLockError, one line
     naming the folder and the holder, when another live process holds it; `change` completes that line with what to
-    change (e.g. "choose another train.output_dir"). Re-entrant for this process and its children."""
+    change (e.g. "choose another train.output_dir"). OutputFolderError, one line, for a folder that cannot be written
+    (`check_output_folder`). Re-entrant for this process and its children."""
     folder = Path(folder).expanduser().resolve()
     if str(folder) in held_folders():
         yield folder
         return
+    check_output_folder(folder, change)  # writable, names and path short enough: before any work starts
     created = _first_missing(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / LOCK_NAME

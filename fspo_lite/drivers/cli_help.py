@@ -99,7 +99,8 @@ def parse_documented(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
 
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
-               "RunLockError", "RunFolderError", "DiskFullError")
+               "RunLockError", "RunFolderError", "DiskFullError", "NotebookError",
+               "ResultFileError", "OutputFolderError")
 """Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
 
 

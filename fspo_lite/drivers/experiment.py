@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from fspo_lite.atomic import atomic_write_text
-from fspo_lite.config import ConfigError, load_config
+from fspo_lite.config import ConfigError, load_config, parse_yaml_file, split_override
 from fspo_lite.data.files import data_dir
+from fspo_lite.drivers.notebook_params import check_notebook_parameters, notebook_failure
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import check_run_folders, invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
@@ -52,9 +51,16 @@ class Profile:
 
 
 def profile_names() -> dict[str, str]:
-    """The named profiles (configs/lite/<name>.yaml) and their descriptions."""
-    return {path.stem: str((yaml.safe_load(path.read_text()) or {}).get("description", ""))
-            for path in sorted(PROFILE_DIR.glob("*.yaml"))}
+    """The named profiles (configs/lite/<name>.yaml) and their descriptions (an unreadable one: its error)."""
+    return {path.stem: _description(path) for path in sorted(PROFILE_DIR.glob("*.yaml"))}
+
+
+def _description(path: Path) -> str:
+    try:
+        data = parse_yaml_file(path)
+    except ConfigError as error:
+        return str(error)
+    return str(data.get("description", "")) if isinstance(data, dict) else ""
 
 
 def load_profile(name_or_path: str) -> Profile:
@@ -68,7 +74,9 @@ def load_profile(name_or_path: str) -> Profile:
     if not path.is_file():
         names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
         raise FileNotFoundError(f"no profile {name_or_path!r}: use one of {names} or a YAML file")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = parse_yaml_file(path) or {}  # the config's strict loader: no aliases, no key twice, bounded nesting
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a profile is a mapping with description, out, notebooks and local_data")
     unknown = set(data) - {"description", "out", "notebooks", "local_data"}
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}; valid: description, out, notebooks, local_data")
@@ -87,8 +95,9 @@ def load_profile(name_or_path: str) -> Profile:
 
 def override_parameters(profile: Profile, overrides: list[str]) -> Profile:
     """A copy of the profile with notebook parameters replaced: each override is 'NB.PARAM=VALUE' (VALUE parsed as
-    YAML), NB a notebook's name or its number prefix ('03'); 'NB.overrides.KEY=VALUE' sets one dotted config key in
-    that notebook's `overrides` mapping. E.g. `--set 03.seeds=[0] --set 03.overrides.evaluation.limit=2`."""
+    YAML with the config's strict loader, `split_override`), NB a notebook's name or its number prefix ('03');
+    'NB.overrides.KEY=VALUE' sets one dotted config key in that notebook's `overrides` mapping. E.g.
+    `--set 03.seeds=[0] --set 03.overrides.evaluation.limit=2`. The values are checked by `check_profile`."""
     notebooks = [(name, dict(parameters)) for name, parameters in profile.notebooks]
     for item in overrides:
         target, equals, raw = item.partition("=")
@@ -102,7 +111,7 @@ def override_parameters(profile: Profile, overrides: list[str]) -> Profile:
         if len(matches) != 1:
             names = ", ".join(name for name, _ in notebooks)
             raise ValueError(f"profile override {item!r}: {where!r} names no single notebook of {names}")
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = split_override(item)[1]
         if parameter.startswith("overrides."):
             matches[0]["overrides"] = {**(matches[0].get("overrides") or {}), parameter[len("overrides."):]: value}
         else:
@@ -125,13 +134,18 @@ def check_profile(profile: Profile) -> None:
     parameter a notebook does not define (papermill would only warn and run the defaults), a training arm that is
     neither a reward.method nor a name defined in `arms`, and config keys or values of the training notebook's
     `overrides` and arms that the config refuses, or files they name that are missing (`check_settings`: KLCF's
-    checklist file). Run before the first notebook."""
+    checklist file), and every parameter's type and range (`check_notebook_parameters`). Run before the first
+    notebook."""
     for name, parameters in profile.notebooks:
         known = notebook_parameters(name)
         unknown = sorted(set(parameters) - set(known))
         if unknown:
             raise ConfigError(f"profile {profile.name}: notebook {name} has no parameter {', '.join(unknown)}; its "
                               f"parameters: {', '.join(known)}")
+        try:
+            check_notebook_parameters(name, parameters)
+        except ConfigError as error:
+            raise ConfigError(f"profile {profile.name}: {error}") from None
         if name != TRAINING_NOTEBOOK:
             continue
         methods = parameters.get("methods", ast.literal_eval(known["methods"]))
@@ -221,8 +235,8 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     """Execute the profile's notebooks in order (cwd = repository root); returns the summary with timings.
 
     Executed copies go to `<results>/notebooks/` (`results_folder`: `<out>/results` unless notebook 04 is given
-    another results_dir). A failing notebook stops the sequence with papermill's
-    error, which names the cell; its partly executed copy is kept for reading. Notebook 03 gets
+    another results_dir). A failing notebook stops the sequence with a NotebookError naming the notebook and the
+    exception's type and message (`notebook_failure`); its partly executed copy, with the traceback, is kept. Notebook 03 gets
     evaluation.sources.<benchmark> overrides from `local_sources`: the bundled samples, or for the profile's
     `local_data` benchmarks their copy in the data folder (`data_dir`, default $FSPO_LITE_DATA) when present.
     """
@@ -248,10 +262,13 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
             parameters["overrides"] = {**{f"evaluation.sources.{b}": spec for b, spec in sources.items()},
                                        **(parameters.get("overrides") or {})}  # the profile's own keys win
         begun = time.perf_counter()
-        papermill.execute_notebook(str(source), str(executed_dir / name), parameters=parameters,
-                                   cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
-                                   kernel_manager_class=quiet_kernel_manager())
         executed = executed_dir / name
+        try:
+            papermill.execute_notebook(str(source), str(executed), parameters=parameters,
+                                       cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
+                                       kernel_manager_class=quiet_kernel_manager())
+        except papermill.PapermillExecutionError as error:  # the exception's own message, not a traceback header
+            raise notebook_failure(name, error, executed, Path.cwd()) from error
         atomic_write_text(executed, without_root(executed.read_text(encoding="utf-8")))
         timings[name] = round(time.perf_counter() - begun, 1)
         print(f"[fspo_lite] {name}: {timings[name]:.0f} s")

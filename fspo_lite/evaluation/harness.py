@@ -355,6 +355,10 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
         if name not in BENCHMARKS or not str(spec).strip():
             raise ConfigError(f"evaluation.sources.{name}={spec!r}: " + (f"no benchmark is called {name!r}; choose "
                               f"from {', '.join(BENCHMARKS)}" if name not in BENCHMARKS else "no data given"))
+    if model is None and config.model.adapter_path:  # a training checkpoint: resume's checks, before anything loads
+        from fspo_lite.update.checkpoint import verify_adapter
+
+        verify_adapter(config.model.adapter_path)
     sources = {"kbqa": config.data.eval, **ev.sources}
     specs = {name: resolve(name, sources) for name in ev.benchmarks}
     # every benchmark's items before the model: a bad data file is reported in seconds

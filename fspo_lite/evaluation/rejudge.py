@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from fspo_lite.atomic import atomic_write_jsonl
-from fspo_lite.jsonl import read_jsonl
+from fspo_lite.evaluation.result_files import ResultFileError, read_records
 
 
 def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, threshold: float = 0.5,
@@ -53,14 +53,15 @@ def rejudge_records(records: list[dict], examples: dict, verifier, judge: str, t
 
 def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundled:kbqa_test",
                  threshold: float = 0.5) -> dict[str, int]:
-    """Rejudge every run's eval/records.jsonl under runs_dir (each replaced atomically: a failed write, a full disk
-    included, leaves the old file whole); {run: records judged}."""
+    """Rejudge every run's eval/records.jsonl under runs_dir (each read with its records checked, `read_records`,
+    and replaced atomically: a failed write, a full disk included, leaves the old file whole); {run: records
+    judged}."""
     from fspo_lite.data.examples import load_examples
 
     examples = {e.id: e for e in load_examples(data)}
     done = {}
     for path in sorted(Path(runs_dir).glob("*/eval/records.jsonl")):
-        records = read_jsonl(path)
+        records = read_records(path)  # types and ranges checked before anything is rewritten
         done[path.parent.parent.name] = rejudge_records(records, examples, verifier, judge, threshold)
         atomic_write_jsonl(path, records, ensure_ascii=False)  # the old file stays whole until the new one is
     return done
@@ -83,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with run_lock(args.runs, ""):
             verifier = build_verifier(VerifierConfig(name=args.judge))
             done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
-    except RunLockError as error:
+    except (RunLockError, ResultFileError) as error:
         print(f"rejudge: error: {error}", file=sys.stderr)
         return 1
     for run, n in done.items():

@@ -228,6 +228,29 @@ checkpoint: how long to run, where and how often to save and log, and settings t
 trained. Any other difference (method, learning rate, seed, data, LoRA rank, ...) means another run."""
 
 
+CHECKPOINT_FILES = (MANIFEST, "trainer_state.json", "rng.pt", "optimizer.pt")
+"""Files only a training checkpoint holds: a folder with one of them is a checkpoint, whatever else it lacks."""
+
+
+def checkpoint_of_adapter(adapter_path: str | Path) -> Path | None:
+    """The training checkpoint an adapter path names (the checkpoint folder, or its `model/` folder), or None for
+    anything else: a plain PEFT adapter folder (adapter_config.json, no manifest), a hub id."""
+    path = Path(adapter_path).expanduser()
+    for folder in (path, path.parent) if path.name == "model" else (path,):
+        if any((folder / name).exists() for name in CHECKPOINT_FILES):
+            return folder
+    return None
+
+
+def verify_adapter(adapter_path: str | Path) -> None:
+    """The checks resume runs (`verify_checkpoint`: a manifest, every file's size and SHA-256) on an adapter path
+    that names a training checkpoint, so `eval --adapter` never evaluates weights resume would refuse; a plain
+    adapter folder passes as it is."""
+    checkpoint = checkpoint_of_adapter(adapter_path)
+    if checkpoint is not None:
+        verify_checkpoint(checkpoint)
+
+
 def _flat(values: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in values.items():

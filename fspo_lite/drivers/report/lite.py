@@ -7,7 +7,6 @@ trainer's metrics.jsonl / samples.jsonl and the held-out result heldout.json wri
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Sequence
@@ -16,6 +15,7 @@ import pandas as pd
 
 from fspo_lite.drivers.report.study import not_evaluated
 from fspo_lite.evaluation.metrics import DECOMPOSITION
+from fspo_lite.evaluation.result_files import read_heldout
 from fspo_lite.logs.training_log import read_metrics
 
 QA_METRICS = {"accuracy": "correct", "answer_f1": "f1", "not_attempted": "not_attempted", "format_rate": "format_rate",
@@ -46,7 +46,7 @@ def load_heldout(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
     TruthfulQA MC / HaluEval numbers when they were run."""
     rows = []
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):
-        record = json.loads(path.read_text())
+        record = read_heldout(path)  # types and ranges checked: a hand-edited 7.0 is refused by file and line
         metrics = record["metrics"]
         names = {**{column: f"{qa}.{metric}" for column, metric in QA_METRICS.items()}, **OTHER_METRICS,
                  **{column: f"{qa}.{metric.format(judge=record.get('judge'))}" for column, metric in PER_RESPONSE.items()}}
@@ -63,7 +63,7 @@ def load_training(runs_dir: str | Path) -> pd.DataFrame:
     """Every training step of every run: the trainer's metrics rows with method and seed (from heldout.json)."""
     frames = []
     for path in sorted(Path(runs_dir).glob("*/metrics.jsonl")):
-        info = json.loads((path.parent / "heldout.json").read_text()) if (path.parent / "heldout.json").exists() else {}
+        info = read_heldout(path.parent / "heldout.json") if (path.parent / "heldout.json").exists() else {}
         frame = pd.DataFrame(read_metrics(path))
         frame["run"], frame["method"], frame["seed"] = path.parent.name, info.get("method"), info.get("seed")
         frames.append(frame)

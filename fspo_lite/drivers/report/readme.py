@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_text
+from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.controls import control_text, more_right_text
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
@@ -41,7 +42,7 @@ def load(folder: str | Path) -> tuple[dict, dict | None]:
     """(summary.json, audit.json or None) of a results folder."""
     folder = Path(folder)
     audit = folder / AUDIT_FILE
-    return (json.loads((folder / "summary.json").read_text()),
+    return (read_summary(folder / "summary.json"),
             json.loads(audit.read_text()) if audit.exists() else None)
 
 

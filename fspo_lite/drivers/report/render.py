@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from fspo_lite.atomic import atomic_write_text
+from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.lite import summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges
 from fspo_lite.drivers.report.study import format_interval
@@ -217,7 +218,7 @@ def audit_summary(audit: dict) -> str:
 def write_summary(results_dir: str | Path) -> Path:
     """Rewrite <results_dir>/summary.md from its summary.json and, when there, audit.json."""
     folder = Path(results_dir)
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = read_summary(folder / "summary.json")  # types and ranges checked
     audit_path = folder / AUDIT_FILE
     audit = json.loads(audit_path.read_text()) if audit_path.exists() else None
     path = folder / "summary.md"

@@ -5,7 +5,6 @@ paired and matched-length differences, the caution goal and the detail arm's que
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Sequence
@@ -13,7 +12,7 @@ from typing import Sequence
 import pandas as pd
 
 from fspo_lite.evaluation.metrics import DECOMPOSITION, decomposition_class
-from fspo_lite.jsonl import read_jsonl
+from fspo_lite.evaluation.result_files import read_heldout, read_records
 
 
 LENGTH_STRATA = 5
@@ -29,8 +28,8 @@ def _runs(runs_dir: str | Path):
         records_path = path.parent / "eval" / "records.jsonl"
         if not records_path.exists():
             continue
-        info = json.loads(path.read_text())
-        rows = read_jsonl(records_path)
+        info = read_heldout(path)  # both checked for types and ranges, refused by file and line
+        rows = read_records(records_path)
         yield path.parent.name, info, rows
 
 
@@ -313,7 +312,7 @@ def training_verifier(runs_dir: str | Path, method: str) -> str | None:
     """The verifier `method`'s runs were trained with (their heldout.json's train_verifier), None if no run. Reads
     the heldout.json files only, not the runs' records."""
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):
-        info = json.loads(path.read_text())
+        info = read_heldout(path)
         if info.get("method") == method:
             return info.get("train_verifier")
     return None

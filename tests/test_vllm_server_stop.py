@@ -23,8 +23,8 @@ LEADER = textwrap.dedent("""
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
         stdout=subprocess.PIPE, text=True)
     child.stdout.readline()  # the child ignores SIGTERM from here on
-    print("ready", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # the leader leaves at once, its child stays
+    print("ready", flush=True)  # only once the handler is in place: a SIGTERM right after "ready" exits with 0
     time.sleep(600)
 """)
 

@@ -475,6 +475,19 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
 
+    def __post_init__(self) -> None:
+        """`Config(train={"steps": 2})` builds the section as a config file's is (keys, types: `_update`), a section of
+        any other type is refused, and the whole config is checked (`validate_config`): code that builds a config
+        stops where a config file or the CLI would, in the same one-line ConfigError."""
+        for name, cls in _field_types(Config).items():
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, cls())
+                _update(getattr(self, name), value, f"{name}.")
+            elif not isinstance(value, cls):
+                raise ConfigError(f"'{name}' is a section; expected a mapping or a {cls.__name__}, got {_shown(value)}")
+        validate_config(self)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -64,3 +64,42 @@ def test_top_level_must_be_mapping(tmp_path):
     path.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="mapping"):
         load_config(path)
+
+
+def test_a_section_given_as_a_mapping_is_built_and_checked_as_a_config_file_is():
+    from fspo_lite.config import TrainConfig
+
+    config = Config(train={"steps": "2", "learning_rate": 3e-6}, evaluation={"sources": {"kbqa": "x.jsonl"}})
+    assert isinstance(config.train, TrainConfig) and config.train.steps == 2 and config.train.learning_rate == 3e-6
+    assert config.evaluation.sources == {"kbqa": "x.jsonl"} and config.train.seed == TrainConfig().seed
+    assert config == config_from_dict({"train": {"steps": 2, "learning_rate": 3e-6},
+                                       "evaluation": {"sources": {"kbqa": "x.jsonl"}}})
+    assert Config(train=TrainConfig(steps=3)).train.steps == 3
+
+
+@pytest.mark.parametrize("sections, message", [
+    ({"train": {"stepz": 2}}, r"^unknown config key 'train.stepz'; valid keys here: .*steps"),
+    ({"train": {"steps": "many"}}, r"^train.steps: expected an integer, got 'many'$"),
+    ({"model": {"lora": "maybe"}}, r"^model.lora: expected true/false, got 'maybe'$"),
+    ({"train": {"steps": 0}}, r"^train.steps=0 is out of range; valid: an integer >= 1"),
+    ({"rollout": {"top_p": float("nan")}}, r"^rollout.top_p=nan is out of range"),
+    ({"rollout": {"group_size": 1}}, r"^rollout.group_size=1 is out of range"),
+    ({"train": 5}, r"^'train' is a section; expected a mapping or a TrainConfig, got 5$"),
+    ({"train": [("steps", 2)]}, r"^'train' is a section; expected a mapping or a TrainConfig, got \[\('steps'"),
+    ({"model": {"name": "tiny"}, "data": "bundled:kbqa_train"}, r"^'data' is a section; expected a mapping or a "
+     r"DataConfig"),
+])
+def test_a_bad_section_is_refused_in_one_line_naming_the_key(sections, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        Config(**sections)
+    assert "\n" not in str(error.value)
+
+
+def test_a_section_of_another_class_or_out_of_range_is_refused():
+    from fspo_lite.config import RolloutConfig, TrainConfig
+
+    with pytest.raises(ConfigError, match=r"^'train' is a section; expected a mapping or a TrainConfig, got "
+                                          r"RolloutConfig\("):
+        Config(train=RolloutConfig())
+    with pytest.raises(ConfigError, match=r"^train.steps=0 is out of range"):
+        Config(train=TrainConfig(steps=0))

@@ -13,6 +13,7 @@ from fspo_lite.data.examples import QAExample, load_examples
 from fspo_lite.models.policy import load_policy, load_tokenizer
 from fspo_lite.scoring.by_text import ResponseAdvantages, group_token_advantages, split_reasoning, verify_reasoning
 from fspo_lite.scoring.grading import math_answers_equal
+from fspo_lite.scoring.plan import check_settings  # also registers the reward.method and verifier.name checks
 from fspo_lite.text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
 
 __version__ = "0.1.0"
@@ -22,5 +23,5 @@ __all__ = [
     "Config", "QAExample", "aggregate_loss", "clipped_surrogate", "extract_answer", "fspo_flip",
     "group_advantages", "hotpot_em_f1", "is_unknown", "kl_k3", "load_config", "load_examples",
     "load_policy", "math_answers_equal", "parse_response", "reward_to_go", "sentence_spans", "step_score",
-    "token_advantages", "token_reward_advantages",
+    "token_advantages", "token_reward_advantages", "check_settings",
 ]

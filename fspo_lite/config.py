@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -874,8 +874,13 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "detail.relevance_judge": ("llm",),
 }
 """The words a string key accepts (the modules that read them hold the same tuples; tests/test_config_ranges.py
-compares). Names from registries (reward.method, verifier.name, benchmarks) are checked by the trainer and the
-evaluation before any model loads."""
+compares). Names from the scoring layer's tables (reward.method, verifier.name) are checked through NAME_CHECKS;
+benchmark names by the evaluation, before any model loads."""
+NAME_CHECKS: list[Callable[[Config], None]] = []
+"""Checks of the names whose tables live above this layer, each raising ConfigError in one line: the scoring layer
+registers its check of reward.method and verifier.name (fspo_lite.scoring.plan.check_names) when imported, which
+importing any part of fspo_lite does (the package's __init__ imports it), and validate_config runs every one, so
+load_config and Config(...) refuse an unknown name as the CLI does."""
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
@@ -921,8 +926,8 @@ def split_method(name: str) -> tuple[tuple[str, ...], bool]:
 def validate_config(config: Config) -> None:
     """Range checks on every value a run depends on (ConfigError naming the key, the value and the valid range):
     each numeric key against NUMBER_RANGES (non-finite values never pass), each word against CHOICES, and the
-    rules that tie keys together. load_config calls it; so do the trainer and the evaluation, for configs built in
-    code. Types are already checked by the loader."""
+    rules that tie keys together, then the names other layers hold (NAME_CHECKS). load_config and Config(...) call
+    it; so do the trainer and the evaluation, for configs changed in code. Types are already checked by the loader."""
     for key, (integer, nullable) in numeric_keys().items():
         value = _value(config, key)
         if value is None and nullable:
@@ -965,6 +970,8 @@ def validate_config(config: Config) -> None:
     detail = config.detail
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")
+    for check in NAME_CHECKS:
+        check(config)
 
 
 def check_training_settings(config: Config) -> None:

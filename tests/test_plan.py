@@ -158,3 +158,30 @@ def test_a_step_given_the_plan_reads_no_method_name(smol_tokenizer, monkeypatch)
                                           tools=RewardTools(), plan=plan)
     assert torch.equal(given.rewards, own.rewards) and torch.equal(given.sentence_mask, own.sentence_mask)
     assert given.metrics == own.metrics and given.sentence_mask.abs().sum() > 0
+
+
+@pytest.mark.parametrize("key, value", [("reward.method", "fspo2"), ("reward.method", "rlfh+fspo"),
+                                        ("verifier.name", "lexicall")])
+def test_load_config_and_config_refuse_an_unknown_name_as_check_settings_does(key, value):
+    config = Config()
+    section, name = key.split(".")
+    setattr(getattr(config, section), name, value)
+    with pytest.raises(ConfigError) as checked:
+        check_settings(config)
+    assert str(checked.value).startswith(f"unknown {key} {value!r}; available: ")
+    with pytest.raises(ConfigError) as loaded:
+        load_config(overrides={key: value})
+    with pytest.raises(ConfigError) as built:
+        Config(**{section: {name: value}})
+    assert str(loaded.value) == str(built.value) == str(checked.value)
+
+
+def test_the_name_checks_are_registered_by_importing_the_package_alone():
+    """A fresh process that imports only the public facade (not fspo_lite.scoring) has the checks."""
+    import subprocess
+    import sys
+
+    code = ("from fspo_lite import load_config\ntry:\n    load_config(overrides={'reward.method': 'fspo2'})\n"
+            "except Exception as error:\n    print(type(error).__name__, error)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout
+    assert out.startswith("ConfigError unknown reward.method 'fspo2'; available: grpo, fspo"), out

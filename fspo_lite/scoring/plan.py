@@ -12,14 +12,16 @@ on the verdicts -> the FSPO sentence mask, when the plan flips. The plan says, f
   both in fspo_lite.scoring.methods.detail, and FSPO's step reward (`step_reward_lambda`, 0 when off).
 
 `parse_method` takes reward.method apart (the grammar is `config.split_method`, the names are the METHODS table's);
-`check_settings` runs every check of a run's settings before any data or model loads.
+`check_names` refuses an unknown reward.method or verifier.name, registered with the config (`config.NAME_CHECKS`) so
+that load_config and Config(...) refuse them too; `check_settings` runs every check of a run's settings before any
+data or model loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fspo_lite.config import ConfigError, check_training_settings, split_method, validate_config
+from fspo_lite.config import NAME_CHECKS, ConfigError, check_training_settings, split_method, validate_config
 from fspo_lite.scoring.methods import METHODS, REWARD_METHODS
 from fspo_lite.scoring.verifiers import VERIFIERS
 
@@ -84,20 +86,29 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
     )
 
 
+def check_names(config) -> None:
+    """The names only this layer's tables hold: reward.method (methods.METHODS) and verifier.name (VERIFIERS);
+    ConfigError in one line listing the valid ones. Registered in config.NAME_CHECKS below, so that load_config,
+    Config(...) and validate_config refuse them as the CLI does, before any model loads."""
+    try:
+        parse_method(config.reward.method)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if not isinstance(config.verifier.name, str) or config.verifier.name not in VERIFIERS:
+        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
+
+
+if check_names not in NAME_CHECKS:
+    NAME_CHECKS.append(check_names)
+
+
 def check_settings(config) -> None:
-    """Every check a run's settings get before any data or model loads: `validate_config` (ranges and words),
-    `check_training_settings` (keys only training reads), the names the registries hold (reward.method,
-    verifier.name) and the files the reward method reads (its `preflight`: KLCF's checklist file); ConfigError
-    naming the key or the file."""
+    """Every check a run's settings get before any data or model loads: `validate_config` (ranges, words and the
+    names the registries hold: `check_names`), `check_training_settings` (keys only training reads) and the files
+    the reward method reads (its `preflight`: KLCF's checklist file); ConfigError naming the key or the file."""
     validate_config(config)
     check_training_settings(config)
     try:
-        spec = parse_method(config.reward.method)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    if config.verifier.name not in VERIFIERS:
-        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
-    try:
-        METHODS[spec.source].preflight(config)
+        METHODS[parse_method(config.reward.method).source].preflight(config)
     except (OSError, ValueError) as error:
         raise ConfigError(str(error)) from None

@@ -157,7 +157,7 @@ def cmd_audit_sample(args) -> int:
         items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
                                     args.benchmark, args.overwrite_labels)
     except ValueError as error:
-        print(f"audit sample: {error}", file=sys.stderr)
+        print(f"fspo_lite: error: audit sample: {error}", file=sys.stderr)
         return 2
     print(f"{args.n} sentences ({args.n // max(len(methods), 1)} per method) to label: {items}\n"
           f"key (keep it closed until every item is labeled): {key}")
@@ -172,7 +172,7 @@ def cmd_audit_score(args) -> int:
     try:
         result = score_command(args.items, args.key, args.resamples, args.seed)
     except ValueError as error:
-        print(f"audit score: {error}", file=sys.stderr)
+        print(f"fspo_lite: error: audit score: {error}", file=sys.stderr)
         return 2
     print(audit_markdown(result))
     if args.json:
@@ -203,7 +203,7 @@ def cmd_data_prepare(args) -> int:
         try:
             path, rows, origin = prepare(name, args.source, force=args.force)
         except DataFolderError as error:
-            print(f"{name}: {error}", file=sys.stderr)
+            print(f"fspo_lite: error: {name}: {error}", file=sys.stderr)
             failed = 1
             continue
         print(f"{name}: {rows} rows, {origin} -> {path}")

@@ -27,6 +27,20 @@ def bundled_or_given(path: str | Path) -> Path:
     return bundled if DATA_DIR == WHEEL_DATA and bundled.is_file() else given
 
 
+def filter_kept_ids(path: str | Path) -> set[str]:
+    """The question ids a difficulty-filter file (data.filter_path, written by `fspo-lite filter`) kept; DataError in
+    one line naming the key when the file is missing or is not such a file."""
+    given = bundled_or_given(path)
+    if not given.is_file():
+        raise DataError(f"data.filter_path={str(path)!r}: no such file; write it with `fspo-lite filter --output "
+                        f"{path}` or leave data.filter_path unset")
+    try:
+        return set(json.loads(given.read_text(encoding="utf-8"))["kept_ids"])
+    except (ValueError, KeyError, TypeError) as error:
+        raise DataError(f"data.filter_path={str(path)!r}: not a difficulty-filter file (JSON with kept_ids, as "
+                        f"`fspo-lite filter` writes): {type(error).__name__} {error}") from None
+
+
 @dataclass
 class ExampleSampler:
     """Endless seeded reshuffles of the training set; (epoch, position) is its whole state."""
@@ -72,7 +86,7 @@ def load_training_examples(config: Config) -> list[QAExample]:
     if stats["skipped"]:
         print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")
     if config.data.filter_path:
-        kept = set(json.loads(bundled_or_given(config.data.filter_path).read_text())["kept_ids"])
+        kept = filter_kept_ids(config.data.filter_path)
         examples = [e for e in examples if e.id in kept]
         if not examples:
             raise DataError(f"{config.data.filter_path}: none of its kept ids is in {config.data.train}")

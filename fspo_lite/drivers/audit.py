@@ -203,7 +203,12 @@ def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out
 
 
 def score_command(items_path: str, key_path: str, n_resamples: int, seed: int) -> dict:
-    """`audit score`: read the labeled items first, then the key, and score."""
+    """`audit score`: read the labeled items first, then the key, and score; ValueError naming a missing file and
+    the option that gives it."""
+    for path, option in ((items_path, "--items"), (key_path, "--key")):
+        if not Path(path).is_file():
+            raise ValueError(f"{option} {path}: no such file; `audit sample` writes the items (--out) and the key "
+                             "(--key)")
     items = load_items(items_path)
     key = json.loads(Path(key_path).read_text())
     return score_audit(items, key["items"], key["methods"], n_resamples, seed)

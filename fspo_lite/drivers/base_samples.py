@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.data.examples import QAExample, load_mixture, portable_spec
 from fspo_lite.data.prompts import prompt_text
+from fspo_lite.run_lock import check_output_folder
 from fspo_lite.scoring.grading import outcome_reward
 
 
@@ -74,10 +75,12 @@ def settings_key(settings: dict[str, Any]) -> str:
 
 
 class QuestionCache:
-    """Per-question results in one JSON file, valid only for the settings that produced them."""
+    """Per-question results in one JSON file, valid only for the settings that produced them. Its folder is checked
+    before any sampling (OutputFolderError saying to choose another `option`), not at the first save."""
 
-    def __init__(self, path: str | Path, kind: str, settings: dict[str, Any]):
+    def __init__(self, path: str | Path, kind: str, settings: dict[str, Any], option: str = "--output"):
         self.path = Path(path)
+        check_output_folder(self.path.parent, f"choose another {option}")
         self.kind, self.settings, self.key = kind, settings, settings_key(settings)
         self.questions: dict[str, Any] = {}
         self.extra: dict[str, Any] = {}

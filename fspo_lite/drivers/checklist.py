@@ -28,7 +28,7 @@ def build_checklist_file(config, samples: int | None = None, output: str | None 
                 "extractor": config.reward.claim_extractor, "threshold": klcf.checklist_threshold,
                 "dedup_overlap": klcf.dedup_overlap}
     examples = training_questions(config)
-    cache = QuestionCache(output, CHECKLIST_KIND, settings)
+    cache = QuestionCache(output, CHECKLIST_KIND, settings, "--output or klcf.checklist_path")
     extractor = build_claim_extractor(config.reward.claim_extractor, config.verifier)
     verifier = build_verifier(config.verifier)
 

@@ -98,9 +98,14 @@ def parse_documented(parser: argparse.ArgumentParser, argv: list[str]) -> argpar
     return parser.parse_args(argv)
 
 
+class MissingFileError(FileNotFoundError):
+    """A file the user named (a profile, a prompt list) does not exist; the message names it and what to give
+    instead. A FileNotFoundError, so that code catching that still does."""
+
+
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
                "RunLockError", "RunFolderError", "DiskFullError", "NotebookError",
-               "ResultFileError", "OutputFolderError")
+               "ResultFileError", "OutputFolderError", "MissingFileError")
 """Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
 
 

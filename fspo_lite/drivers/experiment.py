@@ -25,6 +25,7 @@ from typing import Any
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.config import ConfigError, load_config, parse_yaml_file, split_override
 from fspo_lite.data.files import data_dir
+from fspo_lite.drivers.cli_help import MissingFileError
 from fspo_lite.drivers.notebook_params import check_notebook_parameters, notebook_failure
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import check_run_folders, invocation_counts
@@ -73,7 +74,7 @@ def load_profile(name_or_path: str) -> Profile:
     path = named if named.exists() else Path(name_or_path)
     if not path.is_file():
         names = ", ".join(sorted(p.stem for p in PROFILE_DIR.glob("*.yaml")))
-        raise FileNotFoundError(f"no profile {name_or_path!r}: use one of {names} or a YAML file")
+        raise MissingFileError(f"no profile {name_or_path!r}: use one of {names} or a YAML file")
     data = parse_yaml_file(path) or {}  # the config's strict loader: no aliases, no key twice, bounded nesting
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a profile is a mapping with description, out, notebooks and local_data")
@@ -106,11 +107,11 @@ def override_parameters(profile: Profile, overrides: list[str]) -> Profile:
         where, _, parameter = ((full_names[0], "", target[len(full_names[0]) + 1:]) if full_names
                                else target.partition("."))
         if not equals or not parameter:
-            raise ValueError(f"profile override {item!r} must look like NB.PARAM=VALUE, e.g. 03.seeds=[0,1]")
+            raise ConfigError(f"profile override {item!r} must look like NB.PARAM=VALUE, e.g. 03.seeds=[0,1]")
         matches = [parameters for name, parameters in notebooks if name == where or name.split("_")[0] == where]
         if len(matches) != 1:
             names = ", ".join(name for name, _ in notebooks)
-            raise ValueError(f"profile override {item!r}: {where!r} names no single notebook of {names}")
+            raise ConfigError(f"profile override {item!r}: {where!r} names no single notebook of {names}")
         value = split_override(item)[1]
         if parameter.startswith("overrides."):
             matches[0]["overrides"] = {**(matches[0].get("overrides") or {}), parameter[len("overrides."):]: value}
@@ -256,7 +257,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     for name, parameters in profile.notebooks:
         source = ROOT / "notebooks" / name
         if not source.exists():
-            raise FileNotFoundError(f"profile {profile.name}: {source} does not exist")
+            raise MissingFileError(f"profile {profile.name}: {source} does not exist")
         parameters = resolve_parameters(parameters, out)
         if sources and name.startswith("03_"):
             parameters["overrides"] = {**{f"evaluation.sources.{b}": spec for b, spec in sources.items()},

@@ -71,7 +71,8 @@ def run_filter(config, samples: int | None = None, top: int | None = None, band:
     top = top if top is not None else config.filter.top
     band = band if band is not None else config.filter.band
     examples = training_questions(config)
-    cache = QuestionCache(output or config.filter.output, FILTER_KIND, probe_settings(config, samples))
+    cache = QuestionCache(output or config.filter.output, FILTER_KIND, probe_settings(config, samples),
+                          "--output or filter.output")
     needs_model = any(e.id not in cache.questions for e in examples)
     engine, tokenizer = base_engine(config, progress) if needs_model else (None, None)
     stats = probe(cache, engine, tokenizer, examples, config.data, samples, progress)

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_json
-from fspo_lite.config import FORMAT_INSTRUCTION, DataConfig
+from fspo_lite.config import FORMAT_INSTRUCTION, ConfigError, DataConfig
 from fspo_lite.data.examples import portable_spec
 from fspo_lite.drivers.base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
+from fspo_lite.drivers.cli_help import MissingFileError
 from fspo_lite.drivers.figures import headless_pyplot, save_and_close
 
 BUILTIN_PROMPTS = {  # from cautious to bold
@@ -43,15 +44,19 @@ def load_prompts(spec: str) -> dict[str, str]:
         return dict(BUILTIN_PROMPTS)
     path = Path(spec)
     if not path.exists():
-        raise FileNotFoundError(f"prompt list {spec!r} not found; use 'builtin' or a .json/.txt file")
-    if path.suffix == ".json":
-        data = json.loads(path.read_text())
-        prompts = data if isinstance(data, dict) else {row["name"]: row["prompt"] for row in data}
-    else:
-        lines = [line.strip() for line in path.read_text().splitlines() if line.strip()]
-        prompts = {f"prompt{i + 1}": line for i, line in enumerate(lines)}
+        raise MissingFileError(f"prompt list {spec!r} not found; use 'builtin' or a .json/.txt file")
+    try:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            prompts = data if isinstance(data, dict) else {row["name"]: row["prompt"] for row in data}
+        else:
+            lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            prompts = {f"prompt{i + 1}": line for i, line in enumerate(lines)}
+    except (ValueError, KeyError, TypeError) as error:  # not UTF-8, not JSON, or rows without name and prompt
+        raise ConfigError(f"prompt list {spec!r}: not a JSON object {{name: prompt}}, a JSON list of {{name, prompt}} "
+                          f"or a text file with one prompt per line ({type(error).__name__} {error})") from None
     if not prompts:
-        raise ValueError(f"{spec}: no prompts found")
+        raise ConfigError(f"prompt list {spec!r}: no prompts found; write one prompt per line, or use 'builtin'")
     return {str(name): str(text) for name, text in prompts.items()}
 
 
@@ -99,7 +104,7 @@ def run_sweep(config, prompts: dict[str, str], samples: int = 4, data: str | Non
     for name, prompt in prompts.items():
         data_config = dataclasses.replace(config.data, system_prompt=prompt)
         settings = {**probe_settings(config, samples, prompt), "train": portable_spec(data or config.data.train)}
-        cache = QuestionCache(Path(cache_dir) / f"{_slug(name)}.json", "prompt-sweep", settings)
+        cache = QuestionCache(Path(cache_dir) / f"{_slug(name)}.json", "prompt-sweep", settings, "--cache-dir")
         if engine is None and any(e.id not in cache.questions for e in examples):
             engine, tokenizer = base_engine(config, progress)
         stats = probe(cache, engine, tokenizer, examples, data_config, samples, progress)

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fspo_lite.config import ConfigError
 from fspo_lite.data.examples import DataError, QAExample, load_examples, read_rows
 from fspo_lite.data.files import data_dir
 
@@ -59,7 +60,7 @@ def benchmark(name: str) -> Benchmark:
     try:
         return BENCHMARKS[name]
     except KeyError:
-        raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}") from None
+        raise ConfigError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}") from None
 
 
 def resolve(name: str, sources: dict[str, str] | None = None, folder: Path | None = None) -> str:

@@ -350,7 +350,8 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
         raise ValueError("evaluation.samples > 1 needs evaluation.temperature > 0 (greedy answers would repeat)")
     for name in ev.benchmarks:
         if name not in BENCHMARKS:
-            raise ValueError(f"unknown benchmark {name!r}; choose from {', '.join(BENCHMARKS)}")
+            raise ConfigError(f"unknown benchmark {name!r} in evaluation.benchmarks; choose from "
+                              f"{', '.join(BENCHMARKS)}")
     for name, spec in ev.sources.items():  # a misspelled --source NAME was ignored, and an empty DATA meant the default
         if name not in BENCHMARKS or not str(spec).strip():
             raise ConfigError(f"evaluation.sources.{name}={spec!r}: " + (f"no benchmark is called {name!r}; choose "

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from fspo_lite.data.examples import DataError
 from fspo_lite.machine import machine_description
 from fspo_lite.models.policy import ModelLoadError
 from fspo_lite.scoring.verifiers.benchmark import (GOLD_SET, ShortClaimBaseline, halueval_file, load_gold,
@@ -28,9 +29,8 @@ def benchmark_command(config, names: list[str], limit: int | None, train_limit: 
         gold_items, not_checkable = load_gold(gold_path)
         datasets[f"gold ({not_checkable} not checkable left out)"] = gold_items
     if not datasets:
-        print("no test data: neither halueval_qa_test.jsonl in the data folder (python -m fspo_lite data prepare "
-              "halueval_qa_test), the bundled sample, nor a gold set")
-        return 1
+        raise DataError("no test data: neither halueval_qa_test.jsonl in the data folder (python -m fspo_lite data "
+                        "prepare halueval_qa_test), the bundled sample, nor a gold set")
     verifiers = {}
     for name in names:
         started = time.perf_counter()
@@ -57,9 +57,8 @@ def calibrate_command(config, names: list[str], train_limit: int) -> int:
 
     train_file = halueval_file("train")
     if train_file is None:
-        print("calibration needs halueval_qa_train.jsonl in the data folder: python -m fspo_lite data prepare "
-              "halueval_qa_train")
-        return 1
+        raise DataError("calibration needs halueval_qa_train.jsonl in the data folder: python -m fspo_lite data "
+                        "prepare halueval_qa_train")
     items = load_halueval(train_file, train_limit)
     for name in names:
         verifier = build_verifier(dataclasses.replace(config.verifier, name=name.strip()))

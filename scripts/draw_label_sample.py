@@ -11,7 +11,7 @@ data/gold_sentences.md) before opening the key or scoring a verifier on them; th
     python -m fspo_lite.scoring.verifiers.hand_labels --verifiers kb,lexical,embedding \
         --labels results/study/kb_check_items.jsonl --out results/verifier_kb_out_of_sample.json
 
-scores the verifiers on them (docs/verifiers.md, "Out of sample"). The draw is the blind audit's
+scores the verifiers on them (docs/verifiers.md, "Against every hand label"). The draw is the blind audit's
 (fspo_lite.drivers.audit) over any number of arms.
 """
 

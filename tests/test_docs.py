@@ -1,5 +1,6 @@
 """Docs that must agree with the code and the files: figures/README.md lists every figure; docs/algorithms.md
-states the config keys it names (the entropy bonus is a setting, not absent); the forest plot has readable labels."""
+states the config keys it names (the entropy bonus is a setting, not absent); the forest plot has readable labels;
+every `docs/X.md, "Heading"` citation in the repository names a heading that docs/X.md has."""
 
 from __future__ import annotations
 
@@ -99,3 +100,65 @@ def test_training_curves_of_a_one_step_run_have_markers(tmp_path):
     fig = plot_training_curves(training, tmp_path / "curves.png", ["grpo", "fspo"])
     lines = [line for ax in fig.axes for line in ax.get_lines()]
     assert lines and all(line.get_marker() == "o" for line in lines)
+
+
+CITING_FOLDERS = ("fspo_lite", "docs", "configs", "notebooks", "bench", "scripts", "tests", "results", "data",
+                  "figures", "requirements")
+CITING_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".ipynb", ".toml", ".txt", ".cfg"}
+CITATION = re.compile(r"(?<![\w/.-])(?:docs/)?([a-z_0-9]+)\.md`?\)?(?:,\s*|'s\s+|\s*\(\s*)\"([^\"\s][^\"]*)\"")
+FURTHER_CITATION = re.compile(r"(?:,\s*(?:and\s+)?|\s+and\s+)\"([^\"\s][^\"]*)\"")
+
+
+def _citing_texts():
+    """Every text a reader or a maintainer reads in the repository: notebook cells joined, escaped quotes plain."""
+    import json
+
+    paths = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml"]
+    for folder in CITING_FOLDERS:
+        paths += sorted(p for p in (ROOT / folder).rglob("*") if p.is_file() and p.suffix in CITING_SUFFIXES)
+    for path in paths:
+        if not path.exists():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".ipynb":
+            text = "\n".join("".join(cell.get("source", [])) for cell in json.loads(text).get("cells", []))
+        elif path.suffix != ".md":
+            text = re.sub(r"\n[ \t]*#+[ \t]?", "\n", text)  # a citation that runs on into the next comment line
+        yield path.relative_to(ROOT), re.sub(r"\s+", " ", text.replace('\\"', '"'))
+
+
+def _headings(doc: Path) -> list[str]:
+    """Its headings, and the bold run-in heads that open a paragraph or a list item (`- **The detail arm's
+    question** (when ...`), which are cited as sections too."""
+    text = doc.read_text(encoding="utf-8")
+    heads = [line.lstrip("#").strip() for line in text.splitlines() if re.match(r"#{1,6} ", line)]
+    heads += re.findall(r"^(?:[-*] |\d+\. )?\*\*([^*]+)\*\*", text, flags=re.M)
+    return [re.sub(r"\s+", " ", h) for h in heads]
+
+
+def _names_a_heading(cited: str, headings: list[str]) -> bool:
+    """The heading itself, or its start where the citation leaves out a tail: `"The token draw"` for a heading
+    "The token draw (Xeon AMX)" or "The token draw, in short"."""
+    return any(h == cited or h.startswith(cited) and h[len(cited)] in " (,:" for h in headings)
+
+
+def test_every_cited_docs_heading_exists():
+    """`docs/X.md, "Heading"` (also `docs/X.md ("Heading")`, `docs/X.md's "Heading"`, and a following `, "Other"`)
+    anywhere in the repository's texts names a heading that docs/X.md has, so that a section renamed or removed
+    does not leave readers pointed at nothing."""
+    missing, checked = [], 0
+    for path, text in _citing_texts():
+        for match in CITATION.finditer(text):
+            doc = ROOT / "docs" / f"{match.group(1)}.md"
+            if not doc.exists():
+                continue
+            cited = [match.group(2)]
+            rest = text[match.end():]
+            while further := FURTHER_CITATION.match(rest):
+                cited.append(further.group(1))
+                rest = rest[further.end():]
+            headings = _headings(doc)
+            checked += len(cited)
+            missing += [f"{path}: docs/{doc.name}, \"{c}\"" for c in cited if not _names_a_heading(c.strip(), headings)]
+    assert checked >= 30  # the citations are still found (a pattern that matches nothing would pass)
+    assert missing == [], "\n".join(missing)

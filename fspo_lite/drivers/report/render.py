@@ -205,7 +205,7 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
 
 
 def audit_summary(audit: dict) -> str:
-    """One paragraph on the blind audit's counts (docs/statistics.md, "Blind audit")."""
+    """One paragraph on the blind audit's counts (docs/statistics.md, "The blind audit")."""
     counts = "; ".join(f"{m}: {c['supported']} supported, {c['unsupported']} unsupported, {c['not_checkable']} "
                        "not checkable" for m, c in audit["counts"].items())
     return (f"{audit['items']} reasoning sentences from {audit['questions']} held-out questions, drawn equally from "

@@ -67,6 +67,7 @@ def test_tiny_training_updates_adapter_and_writes_metrics(tmp_path, tiny_policy,
                 "flipped_token_share", "clip_fraction", "entropy", "completion_length", "tokens_per_second",
                 "step_time", "loss", "grad_norm"):
         assert key in rows[0]
+    assert "sampler_logprob_gap_mean" not in rows[0]  # no sampler log-probs, no gap
     assert all(r["loss"] is not None and abs(r["loss"]) < 1e3 for r in rows)
     if method == "fspo":
         assert any(r["flipped_token_share"] > 0 for r in rows)
@@ -75,6 +76,33 @@ def test_tiny_training_updates_adapter_and_writes_metrics(tmp_path, tiny_policy,
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 and len(samples[0]["tokens"]) == len(samples[0]["token_advantages"])
     verify_checkpoint(latest_checkpoint(tmp_path))
+
+
+def test_sampler_logprob_gap_is_logged_and_shows_a_stale_sampler(tmp_path, tiny_policy, varied_rewards):
+    """With the sampler's log-probs (here the transformers engine's own decoding loop) every metrics row holds the
+    gap to the trainer's log-probs: rounding for a sampler with the current weights, the whole offset for one whose
+    log-probs are off (as an engine serving an older adapter would be)."""
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    fresh = Trainer(tiny_config(tmp_path / "fresh", "rollout.use_sampler_logprobs=true"), model, tokenizer, EXAMPLES,
+                    progress=False)
+    fresh.train()
+    rows = read_metrics(tmp_path / "fresh")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(0 <= r["sampler_logprob_gap_mean"] <= r["sampler_logprob_gap_max"] < 1e-3 for r in rows), rows
+
+    stale = Trainer(tiny_config(tmp_path / "stale", "rollout.use_sampler_logprobs=true", "train.steps=1"),
+                    copy.deepcopy(tiny_policy[0]), tokenizer, EXAMPLES, progress=False)
+    generate = stale.engine.generate
+
+    def off_by_a_quarter(*args, **kwargs):
+        rollout = generate(*args, **kwargs)
+        rollout.sampling_logprobs = rollout.sampling_logprobs - 0.25 * rollout.completion_mask
+        return rollout
+
+    stale.engine.generate = off_by_a_quarter
+    row = stale.train()[0]
+    assert row["sampler_logprob_gap_mean"] == pytest.approx(0.25, abs=1e-3)
+    assert row["sampler_logprob_gap_max"] == pytest.approx(0.25, abs=1e-3)
 
 
 def test_kl_and_ppo_epochs_paths(tmp_path, tiny_policy, varied_rewards):

@@ -24,7 +24,7 @@ from fspo_lite.config import Config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
-from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, truncate_jsonl
+from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, sample_record, truncate_jsonl
 from fspo_lite.models.attention import grouped_query_sdpa
 from fspo_lite.models.fused_lora import fused_lora
 from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
@@ -240,26 +240,11 @@ class Trainer:
         metrics = self.dist.gather_metrics(metrics)  # [distributed] averaged over ranks (counts summed)
         if self.dist.is_main:
             self.logger.log(metrics)
-            self._log_sample(examples[0], rollout, scored, advantages)
+            unflipped = algos.group_advantages(scored.rewards, config.rollout.group_size, config.train.scale_by_std)
+            append_jsonl(self.output_dir / "samples.jsonl", sample_record(  # the step's first response, for plots
+                self.step_index, examples[0], rollout, scored, advantages, self.tokenizer, unflipped[0].item()))
         self._stop_if_diverged()  # every rank: the gradient norm that decides a skip is global
         return metrics
-
-    def _log_sample(self, example, rollout, scored, advantages) -> None:
-        """Write the first response of the step, token by token, to samples.jsonl (for plots)."""
-        length = int(rollout.completion_mask[0].sum())
-        ids = rollout.completion_ids[0, :length].tolist()
-        unflipped = algos.group_advantages(scored.rewards, self.config.rollout.group_size, self.config.train.scale_by_std)[0]
-        record = {
-            "step": self.step_index, "question": example.question, "gold": example.answers,
-            "response": scored.views[0].text, "reward": scored.rewards[0].item(),
-            "tokens": self.tokenizer.convert_ids_to_tokens(ids), "offsets": scored.views[0].offsets,
-            "advantage": unflipped.item(), "token_advantages": advantages[0, :length].tolist(),
-            "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
-            "method_details": scored.details[0] if scored.details else {},
-        }
-        if scored.token_rewards is not None:
-            record["token_rewards"] = scored.token_rewards[0, :length].tolist()
-        append_jsonl(self.output_dir / "samples.jsonl", record)
 
     def _logprobs(self, model, rollout: Rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
                   entropy_grad: bool = False, shared_start=None):
@@ -315,6 +300,8 @@ class Trainer:
         # them (rollout.use_sampler_logprobs), else the detached current log-probs (ratio 1)
         old_logp = self._frozen_logprobs(rollout, reference=False) if train.ppo_epochs > 1 else rollout.sampling_logprobs
         ref_logp = self._frozen_logprobs(rollout, reference=True) if train.beta > 0 else None
+        sampled = rollout.sampling_logprobs  # the engine's; epoch 0's own log-probs are compared with them
+        trainer_logp = torch.zeros_like(mask) if sampled is not None else None
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
         skipped = False
@@ -351,6 +338,8 @@ class Trainer:
                         self.loss_scale.scaled(loss).backward()
                     epoch_loss += loss.item()
                     if epoch == 0:
+                        if trainer_logp is not None:
+                            trainer_logp[cut] = logp.detach().to(trainer_logp.dtype)
                         sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
                         sums["entropy"] += (entropy * mask[cut]).sum().item()
                 if shared_start is not None:
@@ -372,6 +361,7 @@ class Trainer:
             "kl": sums["kl"] / tokens if ref_logp is not None else float("nan"),
             "entropy": sums["entropy"] / tokens, "learning_rate": self.optimizer.param_groups[0]["lr"],
             "update_skipped": int(skipped),
+            **(algos.logprob_gap(sampled, trainer_logp, mask) if sampled is not None else {}),  # adapter freshness
         }
 
     def _skip_update(self, loss: float, grad_norm: float) -> None:

@@ -34,11 +34,16 @@ def free_port() -> int:
 
 def server_command(model: str, port: int, served_name: str, max_lora_rank: int = 16, max_model_len: int = 1024,
                    max_logprobs: int = 20, python: str = sys.executable) -> list[str]:
-    """The command line of a vLLM OpenAI server with runtime LoRA on 127.0.0.1:port (float32, as the trainer)."""
+    """The command line of a vLLM OpenAI server with runtime LoRA on 127.0.0.1:port (float32, as the trainer).
+
+    `--logprobs-mode processed_logprobs`: the log-probs it returns are those after temperature, as the trainer
+    computes them (rollout.use_sampler_logprobs); vLLM's default, the raw model's, differs at any temperature but 1.
+    Greedy requests (the served judge's) get the same numbers either way."""
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served_name,
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--enable-lora",
             "--max-lora-rank", str(max_lora_rank), "--max-loras", "2", "--max-model-len", str(max_model_len),
-            "--max-logprobs", str(max_logprobs), "--seed", "0", "--disable-uvicorn-access-log"]
+            "--max-logprobs", str(max_logprobs), "--logprobs-mode", "processed_logprobs", "--seed", "0",
+            "--disable-uvicorn-access-log"]
 
 
 class VLLMServer:

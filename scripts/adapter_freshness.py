@@ -101,17 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                  *([f"rollout.vllm_server_url={args.server_url}"] if args.server_url else []), *args.overrides]
     config = load_config(args.config, overrides)
     started = time.perf_counter()
-    trainer = Trainer(config, progress=False)
     rows = []
-    try:
+    with Trainer(config, progress=False) as trainer:  # its engine ends with it
         for step in range(1, args.steps + 1):
             if args.stale_from is not None and step == args.stale_from:
                 skip_adapter_refresh(trainer.engine)
             rows.append(trainer.train_step())
-    finally:
-        close = getattr(trainer, "close", None)
-        if close is not None:
-            close()
     gaps = [row.get("sampler_logprob_gap_mean", float("nan")) for row in rows]
     problems = freshness_problems(gaps, args.stale_from, args.fresh_factor, args.stale_factor)
     fresh = max(gaps[0], GAP_FLOOR) if gaps and math.isfinite(gaps[0]) else float("nan")

@@ -1,8 +1,12 @@
-"""The checks of scripts/adapter_freshness.py without vLLM: its verdict by hand and the stale-adapter switch on each
-engine kind. Its vLLM runs are in tests/test_vllm_real.py (`make test-vllm`)."""
+"""The checks of scripts/adapter_freshness.py and scripts/trainers_in_turn.py, without vLLM: their verdicts by hand,
+the stale-adapter switch on each engine kind, and the process and memory bookkeeping. The vLLM runs of both are in
+tests/test_vllm_real.py (`make test-vllm`); scripts/gpu_session.py runs them on a GPU."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -10,6 +14,7 @@ import pytest
 from conftest import load_script
 
 freshness = load_script("adapter_freshness")
+in_turn = load_script("trainers_in_turn")
 
 
 def test_fresh_gaps_pass_and_each_kind_of_failure_is_named():
@@ -44,3 +49,30 @@ def test_skip_adapter_refresh_keeps_what_each_engine_serves():
     assert transformers.sampling_model() is copy
     with pytest.raises(ValueError, match="nothing can go stale"):
         freshness.skip_adapter_refresh(SimpleNamespace(_copy=None))
+
+
+def test_a_child_process_is_seen_and_a_helper_is_not():
+    before = {c["pid"] for c in in_turn.child_processes()}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        seen = in_turn.engine_processes(in_turn.child_processes(), before)
+        assert [c["pid"] for c in seen] == [child.pid]
+        helper = [{"pid": child.pid, "command": "python -c from multiprocessing.resource_tracker import main"}]
+        assert in_turn.engine_processes(helper, before) == []
+        started = time.monotonic()
+        assert in_turn.leftovers_after(before, wait=0.5)[0]["pid"] == child.pid
+        assert time.monotonic() - started < 5
+    finally:
+        child.kill()
+        child.wait()
+    assert in_turn.leftovers_after(before, wait=5) == []
+
+
+def test_in_turn_problems_name_leftovers_and_memory_kept():
+    clean = {"left_after_close": [], "free_gpu_gib_after_close": 70.5}
+    assert in_turn.in_turn_problems([clean, clean], free_before=71.0, slack_gib=1.0) == []
+    leaked = {"left_after_close": [{"pid": 42, "command": "VLLM::EngineCore"}], "free_gpu_gib_after_close": 40.0}
+    problems = in_turn.in_turn_problems([clean, leaked], free_before=71.0, slack_gib=1.0)
+    assert problems == ["trainer 2: processes left after close: 42",
+                        "trainer 2: 40.0 GiB free after close, 71.0 GiB before the first"]
+    assert in_turn.in_turn_problems([{"left_after_close": [], "free_gpu_gib_after_close": None}], None, 1.0) == []

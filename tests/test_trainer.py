@@ -145,6 +145,36 @@ def test_truncated_checkpoint_is_detected(tmp_path, tiny_policy, varied_rewards)
         Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
 
 
+def test_close_ends_the_engine_once_and_drops_the_weights(tmp_path, tiny_policy, varied_rewards, monkeypatch):
+    """`with Trainer(...)` closes the engine on the way out (also after an error), and a trainer refused while it
+    resumes closes the engine it had already built."""
+    closed = []
+    build = trainer_module.build_rollout_engine
+
+    def recorded(*args, **kwargs):
+        engine = build(*args, **kwargs)
+        engine.close = lambda: closed.append(engine)
+        return engine
+
+    monkeypatch.setattr(trainer_module, "build_rollout_engine", recorded)
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    with Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, EXAMPLES, progress=False) as trainer:
+        engine = trainer.engine
+        trainer.train()
+    assert closed == [engine] and trainer.engine is trainer.model is trainer.optimizer is None
+    trainer.close()  # a second close does nothing
+    assert closed == [engine]
+    with pytest.raises(KeyboardInterrupt), Trainer(tiny_config(tmp_path / "cut", "train.steps=1"), model, tokenizer,
+                                                   EXAMPLES, progress=False) as cut:
+        raise KeyboardInterrupt
+    assert len(closed) == 2 and cut.engine is None
+    checkpoint = latest_checkpoint(tmp_path)
+    (checkpoint / "optimizer.pt").write_bytes((checkpoint / "optimizer.pt").read_bytes()[:10])
+    with pytest.raises(CheckpointError):
+        Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+    assert len(closed) == 3
+
+
 def test_non_finite_steps_are_skipped_then_stop(tmp_path, tiny_policy, monkeypatch):
     real = trainer_module.score_rollouts
 

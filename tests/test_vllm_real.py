@@ -233,7 +233,7 @@ def test_colocated_engine_trains_on_this_platform(tmp_path):
     assert "Traceback" not in result.stdout
 
 
-# ---------------------------------------------------------------- adapter freshness
+# ---------------------------------------------------------------- adapter freshness, engines that end
 
 
 def run_script(name: str, *args: str, timeout: float = 900) -> tuple[int, dict, str]:
@@ -263,6 +263,17 @@ def test_the_engine_samples_the_adapter_the_trainer_holds(request, tmp_path, eng
     assert result["update_skipped"] == [0, 0, 0], result
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["sampler_logprob_gap_mean"] for r in rows] == result["gap_mean"]  # what metrics.jsonl holds
+
+
+@pytest.mark.skipif(PLATFORM != "cpu", reason="on a GPU scripts/gpu_session.py runs two trainers in turn")
+def test_three_trainers_in_one_process_each_end_their_engine(tmp_path):
+    """Notebook 03's loop (scripts/trainers_in_turn.py): three colocated-vLLM trainers one after another in one
+    process; each had engine processes while it ran, and none of them outlives its trainer's close."""
+    code, result, output = run_script("trainers_in_turn.py", "--engine", "vllm", "--trainers", "3",
+                                      "--out", str(tmp_path))
+    assert code == 0 and result["ok"], output[-3000:]
+    assert [t["engine_processes_while_running"] > 0 for t in result["trainers"]] == [True] * 3, result
+    assert all(t["left_after_close"] == [] for t in result["trainers"]), result
 
 
 def test_bench_vllm_rollout_smoke(server, tmp_path):

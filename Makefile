@@ -16,7 +16,7 @@ test test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm: export OMP
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: report report-figures setup test test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu
+.PHONY: report report-figures setup test test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu gpu-session
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -110,6 +110,14 @@ test-gpu: $(STAMP)
 
 bench-gpu: test-gpu
 	$(BIN)/python scripts/bench_gpu.py --out docs/gpu_results.jsonl
+
+# The prepared GPU session (scripts/gpu_session.py): on one H100/H200, no network, at most 9 minutes: a T4-shaped run
+# of configs/colab_t4.yaml, adapter freshness with sleep mode, two trainers in turn, Unsloth, the vLLM server, FSDP
+# save and resume; one JSON line per item in results/gpu/<date>/session/. It installs nothing (vLLM, Unsloth and
+# bitsandbytes must be importable): the Python of .venv when there is one, else $(PYTHON). `make gpu-session
+# DRY_RUN=1` runs its dry run on a CPU (what CI runs: tests/test_gpu_session.py), into runs/gpu-session-dry-run.
+gpu-session:
+	$(or $(wildcard $(BIN)/python),$(PYTHON)) scripts/gpu_session.py $(if $(DRY_RUN),--dry-run)
 
 # fspo-lite's training step against TRL's GRPOTrainer on this CPU (docs/performance.md); TRL comes from the
 # `bench` extra (also in `dev`: tests/test_bench_smoke.py runs one tiny step of each side). Run it alone: other jobs

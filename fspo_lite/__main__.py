@@ -14,16 +14,25 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set train.steps=2 (repeatable)")
 
 
+def describe(trainer) -> str:
+    """The run in one line: model, trainable and total parameters, training questions, method."""
+    from fspo_lite.models.policy import trainable_parameter_count
+
+    trainable, total = trainable_parameter_count(trainer.model)
+    return (f"{trainer.config.model.name}: {trainable:,} trainable of {total:,} parameters; "
+            f"{len(trainer.examples)} training questions; method {trainer.config.reward.method}")
+
+
 def cmd_train(args) -> int:
     from fspo_lite.config import load_config
-    from fspo_lite.update.trainer import Trainer, describe
+    from fspo_lite.update.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
     with command_lock([config.train.output_dir], "choose another train.output_dir", _command_line(), every_rank=False):
-        trainer = Trainer(config)
-        report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
-        report(describe(trainer))
-        history = trainer.train()
+        with Trainer(config) as trainer:  # the engine's processes end with the run
+            report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
+            report(describe(trainer))
+            history = trainer.train()
     keys = ("step", "reward_mean", "accuracy", "format_rate", "step_factuality", "flipped_token_share",
             "loss", "kl", "completion_length", "step_time")
     for row in history:

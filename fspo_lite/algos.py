@@ -94,6 +94,22 @@ def clipped_surrogate(
     return torch.maximum(unclipped, clipped), clipped > unclipped
 
 
+def logprob_gap(sampler_logp: torch.Tensor, trainer_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Mean and max |sampler - trainer| log-prob over the sampled tokens (mask 1), as
+    `sampler_logprob_gap_mean` and `sampler_logprob_gap_max`; NaN for both when no token is sampled.
+
+    At mu = 1 with the sampler's log-probs as pi_old, the engine must have sampled with the weights the
+    trainer holds before its update. With the current adapter the gap is rounding and kernel differences;
+    an engine still serving an older adapter (a missed refresh, a wake-up from sleep with stale weights)
+    shows the whole change of the updates it missed, while the clipped ratio hides it as clipping.
+    """
+    keep = mask.bool()
+    if not keep.any():
+        return {"sampler_logprob_gap_mean": float("nan"), "sampler_logprob_gap_max": float("nan")}
+    difference = (sampler_logp.float() - trainer_logp.float()).abs()[keep]
+    return {"sampler_logprob_gap_mean": difference.mean().item(), "sampler_logprob_gap_max": difference.max().item()}
+
+
 def aggregate_loss(
     token_loss: torch.Tensor,
     mask: torch.Tensor,

@@ -1,5 +1,5 @@
 """Freed memory kept for the next step: glibc's malloc told not to hand large blocks back to the OS; long-lived
-buffers made outside that kept memory.
+buffers made outside that kept memory; memory given back when a trainer ends (`release_memory`).
 
 A training step on a CPU allocates and frees the same large tensors again and again (activations of 8 x 64 x 1536
 floats, gradients of the same shapes, logits of the 49k-word vocabulary). glibc serves blocks above its mmap
@@ -110,3 +110,19 @@ def made_apart(make: Callable[[], T]) -> T:
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def release_memory() -> None:
+    """Collect garbage now and hand the GPU's cached blocks back to the driver (where CUDA is in use): after a trainer
+    or an engine has been dropped, so that the next one in the process finds the memory free. vLLM measures the free
+    GPU memory at start-up against its share, and torch's caching allocator would otherwise keep the dropped
+    tensors' blocks for this process. The CPU heap that `keep_freed_memory` keeps stays kept."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.ipc_collect()

@@ -97,6 +97,19 @@ def test_clipped_surrogate(ratio, advantage, loss, was_clipped):
     assert bool(clipped.item()) is was_clipped
 
 
+def test_logprob_gap_by_hand():
+    # sampled tokens (mask 1): |-1.0 - -1.5| = 0.5, |-2.0 - -2.0| = 0, |-0.5 - -0.2| = 0.3 -> mean 0.8 / 3, max 0.5;
+    # the padding column's difference of 9 is left out
+    sampler = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, 0.0, 0.0]])
+    trainer = torch.tensor([[-1.5, -2.0, 9.0], [-0.2, -3.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    gap = algos.logprob_gap(sampler, trainer, mask)
+    assert gap["sampler_logprob_gap_mean"] == pytest.approx(0.8 / 3)
+    assert gap["sampler_logprob_gap_max"] == pytest.approx(0.5)
+    empty = algos.logprob_gap(sampler, trainer, torch.zeros_like(mask))
+    assert all(math.isnan(value) for value in empty.values()) and set(empty) == set(gap)
+
+
 def test_clip_higher_uses_separate_upper_bound():
     old = torch.tensor([0.0])
     value, _ = algos.clipped_surrogate(old + math.log(1.5), old, torch.tensor([1.0]), 0.2, 0.28)

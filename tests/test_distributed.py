@@ -62,6 +62,9 @@ def test_combine_metrics_means_sums_and_keeps_identical_integers():
     assert combined == {"step": 3, "reward_mean": 0.25, "verified_sentences": 10, "tokens_per_second": 150.0,
                         "step_factuality": 0.75, "note": "a"}
     assert isinstance(combined["step"], int)
+    gaps = [{"sampler_logprob_gap_mean": 0.1, "sampler_logprob_gap_max": 0.3},
+            {"sampler_logprob_gap_mean": 0.3, "sampler_logprob_gap_max": 0.9}]
+    assert combine_metrics(gaps) == pytest.approx({"sampler_logprob_gap_mean": 0.2, "sampler_logprob_gap_max": 0.9})
 
 
 @pytest.mark.parametrize("env, joined, expected", [

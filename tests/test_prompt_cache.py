@@ -160,6 +160,9 @@ def test_shared_prompt_pass_rule(tiny_lora):
     config = load_config("configs/tiny.yaml")
     assert shares_prompt_pass(config, 1, model) is True
     assert shares_prompt_pass(config, 2, model) is False  # DDP/FSDP: one forward per backward
+    config.train.fsdp = True
+    assert shares_prompt_pass(config, 1, model) is False  # FSDP wraps the model with one process too
+    config.train.fsdp = False
     config.model.backend = "unsloth"
     assert shares_prompt_pass(config, 1, model) is False
     config.model.backend = "transformers"

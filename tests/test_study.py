@@ -70,12 +70,21 @@ def test_a_run_cut_off_during_training_resumes_from_its_checkpoint(tmp_path, que
             raise KeyboardInterrupt("session over")
         return original(self)
 
+    closed = []
+    close = trainer_module.Trainer.close
+
+    def recorded_close(self):
+        closed.append(self.engine is not None)
+        close(self)
+
     with monkeypatch.context() as patch:
         patch.setattr(trainer_module.Trainer, "train_step", dies_on_the_second_step)
+        patch.setattr(trainer_module.Trainer, "close", recorded_close)
         with pytest.raises(KeyboardInterrupt):
             train_and_evaluate(SHARED, "fspo", 0, tmp_path, questions, progress=False)
     run_dir = tmp_path / "fspo_s0"
     assert steps_logged(run_dir) == [1] and not (run_dir / "heldout.json").exists()
+    assert closed == [True]  # the cut-off trainer's engine ended too (notebook 03 runs the next one in this kernel)
     resumed = train_and_evaluate(SHARED, "fspo", 0, tmp_path, questions, progress=False)
     assert resumed["status"] == "resumed" and steps_logged(run_dir) == [1, 2]  # step 1 from the checkpoint
     # that the resumed run equals the uninterrupted one is the trainer's guarantee (tests/test_resume_after_kill.py)

@@ -67,6 +67,7 @@ def test_tiny_training_updates_adapter_and_writes_metrics(tmp_path, tiny_policy,
                 "flipped_token_share", "clip_fraction", "entropy", "completion_length", "tokens_per_second",
                 "step_time", "loss", "grad_norm"):
         assert key in rows[0]
+    assert "sampler_logprob_gap_mean" not in rows[0]  # no sampler log-probs, no gap
     assert all(r["loss"] is not None and abs(r["loss"]) < 1e3 for r in rows)
     if method == "fspo":
         assert any(r["flipped_token_share"] > 0 for r in rows)
@@ -75,6 +76,33 @@ def test_tiny_training_updates_adapter_and_writes_metrics(tmp_path, tiny_policy,
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 and len(samples[0]["tokens"]) == len(samples[0]["token_advantages"])
     verify_checkpoint(latest_checkpoint(tmp_path))
+
+
+def test_sampler_logprob_gap_is_logged_and_shows_a_stale_sampler(tmp_path, tiny_policy, varied_rewards):
+    """With the sampler's log-probs (here the transformers engine's own decoding loop) every metrics row holds the
+    gap to the trainer's log-probs: rounding for a sampler with the current weights, the whole offset for one whose
+    log-probs are off (as an engine serving an older adapter would be)."""
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    fresh = Trainer(tiny_config(tmp_path / "fresh", "rollout.use_sampler_logprobs=true"), model, tokenizer, EXAMPLES,
+                    progress=False)
+    fresh.train()
+    rows = read_metrics(tmp_path / "fresh")
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(0 <= r["sampler_logprob_gap_mean"] <= r["sampler_logprob_gap_max"] < 1e-3 for r in rows), rows
+
+    stale = Trainer(tiny_config(tmp_path / "stale", "rollout.use_sampler_logprobs=true", "train.steps=1"),
+                    copy.deepcopy(tiny_policy[0]), tokenizer, EXAMPLES, progress=False)
+    generate = stale.engine.generate
+
+    def off_by_a_quarter(*args, **kwargs):
+        rollout = generate(*args, **kwargs)
+        rollout.sampling_logprobs = rollout.sampling_logprobs - 0.25 * rollout.completion_mask
+        return rollout
+
+    stale.engine.generate = off_by_a_quarter
+    row = stale.train()[0]
+    assert row["sampler_logprob_gap_mean"] == pytest.approx(0.25, abs=1e-3)
+    assert row["sampler_logprob_gap_max"] == pytest.approx(0.25, abs=1e-3)
 
 
 def test_kl_and_ppo_epochs_paths(tmp_path, tiny_policy, varied_rewards):
@@ -115,6 +143,36 @@ def test_truncated_checkpoint_is_detected(tmp_path, tiny_policy, varied_rewards)
     optimizer_file.write_bytes(optimizer_file.read_bytes()[:10])
     with pytest.raises(CheckpointError, match="truncated: optimizer.pt"):
         Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+
+
+def test_close_ends_the_engine_once_and_drops_the_weights(tmp_path, tiny_policy, varied_rewards, monkeypatch):
+    """`with Trainer(...)` closes the engine on the way out (also after an error), and a trainer refused while it
+    resumes closes the engine it had already built."""
+    closed = []
+    build = trainer_module.build_rollout_engine
+
+    def recorded(*args, **kwargs):
+        engine = build(*args, **kwargs)
+        engine.close = lambda: closed.append(engine)
+        return engine
+
+    monkeypatch.setattr(trainer_module, "build_rollout_engine", recorded)
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    with Trainer(tiny_config(tmp_path, "train.steps=1"), model, tokenizer, EXAMPLES, progress=False) as trainer:
+        engine = trainer.engine
+        trainer.train()
+    assert closed == [engine] and trainer.engine is trainer.model is trainer.optimizer is None
+    trainer.close()  # a second close does nothing
+    assert closed == [engine]
+    with pytest.raises(KeyboardInterrupt), Trainer(tiny_config(tmp_path / "cut", "train.steps=1"), model, tokenizer,
+                                                   EXAMPLES, progress=False) as cut:
+        raise KeyboardInterrupt
+    assert len(closed) == 2 and cut.engine is None
+    checkpoint = latest_checkpoint(tmp_path)
+    (checkpoint / "optimizer.pt").write_bytes((checkpoint / "optimizer.pt").read_bytes()[:10])
+    with pytest.raises(CheckpointError):
+        Trainer(tiny_config(tmp_path, "train.resume=true"), model, tokenizer, EXAMPLES, progress=False)
+    assert len(closed) == 3
 
 
 def test_non_finite_steps_are_skipped_then_stop(tmp_path, tiny_policy, monkeypatch):

@@ -233,6 +233,49 @@ def test_colocated_engine_trains_on_this_platform(tmp_path):
     assert "Traceback" not in result.stdout
 
 
+# ---------------------------------------------------------------- adapter freshness, engines that end
+
+
+def run_script(name: str, *args: str, timeout: float = 900) -> tuple[int, dict, str]:
+    """(exit status, the JSON object of its last stdout line, its output) of scripts/<name> in its own process group."""
+    process = subprocess.Popen([sys.executable, f"scripts/{name}", *args], cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    finally:
+        kill_group(process)
+    lines = [line for line in output.splitlines() if line.startswith("{")]
+    return process.returncode, json.loads(lines[-1]) if lines else {}, output
+
+
+@pytest.mark.parametrize("engine", ["vllm", "vllm-server"])
+def test_the_engine_samples_the_adapter_the_trainer_holds(request, tmp_path, engine):
+    """Adapter freshness (scripts/adapter_freshness.py): three steps at a learning rate where one update moves the
+    log-probs far more than the engine's rounding. Step 1's logged gap is the fresh level (nothing updated yet);
+    step 2 samples the adapter after the first update and must stay under 10x it; step 3 is sampled with the
+    adapter refresh skipped and must be at least 100x it, so the check is seen to fail on a stale adapter."""
+    url = ["--server-url", request.getfixturevalue("server").url] if engine == "vllm-server" else []
+    code, result, output = run_script("adapter_freshness.py", "--engine", engine, *url, "--steps", "3",
+                                      "--stale-from", "3", "--out", str(tmp_path / "run"))
+    assert code == 0 and result["ok"], output[-3000:]
+    fresh, updated, stale = result["gap_mean"]
+    assert updated < 10 * max(fresh, 1e-5) and stale >= 100 * max(fresh, 1e-5), result
+    assert result["update_skipped"] == [0, 0, 0], result
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sampler_logprob_gap_mean"] for r in rows] == result["gap_mean"]  # what metrics.jsonl holds
+
+
+@pytest.mark.skipif(PLATFORM != "cpu", reason="on a GPU scripts/gpu_session.py runs two trainers in turn")
+def test_three_trainers_in_one_process_each_end_their_engine(tmp_path):
+    """Notebook 03's loop (scripts/trainers_in_turn.py): three colocated-vLLM trainers one after another in one
+    process; each had engine processes while it ran, and none of them outlives its trainer's close."""
+    code, result, output = run_script("trainers_in_turn.py", "--engine", "vllm", "--trainers", "3",
+                                      "--out", str(tmp_path))
+    assert code == 0 and result["ok"], output[-3000:]
+    assert [t["engine_processes_while_running"] > 0 for t in result["trainers"]] == [True] * 3, result
+    assert all(t["left_after_close"] == [] for t in result["trainers"]), result
+
+
 def test_bench_vllm_rollout_smoke(server, tmp_path):
     """bench/vllm_rollout.py end to end on a tiny rollout: every engine measured, the gaps small, a summary line."""
     out = tmp_path / "bench.jsonl"

@@ -416,3 +416,44 @@ def test_trainer_uses_sampler_logprobs_as_pi_old(tmp_path, tiny_policy, monkeypa
         trainer.engine = WithSamplerLogprobs()
         clip[use] = trainer.train()[0]["clip_fraction"]
     assert clip[False] == 0.0 and clip[True] > 0.2
+
+
+class Stoppable:
+    """An engine with a `shutdown()` (vLLM's LLM where it has one; the V1 engine-core client in every version)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def shutdown(self):
+        self.calls += 1
+
+
+def test_close_shuts_down_the_engine_it_owns_through_either_vllm_api(tmp_path, tiny_policy):
+    model, tokenizer = tiny_policy
+    with_method = Stoppable()
+    core_only = types.SimpleNamespace(llm_engine=types.SimpleNamespace(engine_core=Stoppable()))  # no LLM.shutdown
+    not_ours = Stoppable()
+    for llm, owns in ((with_method, True), (core_only, True), (not_ours, False)):
+        engine = VLLMRollout(model, tokenizer, llm, RolloutConfig(max_new_tokens=8), adapter_root=tmp_path,
+                             owns_llm=owns)
+        engine.close()
+        engine.close()  # a second close does nothing
+        assert engine.llm is None
+    assert (with_method.calls, core_only.llm_engine.engine_core.calls, not_ours.calls) == (1, 1, 0)
+
+
+@pytest.mark.parametrize("owns_model, shut_down", [(True, 1), (False, 0)])
+def test_unsloths_engine_ends_with_the_trainer_only_when_it_loaded_the_model(tmp_path, tiny_policy, owns_model,
+                                                                             shut_down):
+    """Unsloth starts its vLLM engine beside the model (model.vllm_engine): a trainer that loaded the model ends
+    that engine when it closes; a model handed in keeps its engine for whoever handed it in."""
+    from fspo_lite.update.distributed import Distributed
+
+    model, tokenizer = copy.deepcopy(tiny_policy[0]), tiny_policy[1]
+    model.vllm_engine = Stoppable()
+    config = _config(tmp_path, "rollout.engine=vllm")
+    config.model.backend = "unsloth"  # built in code: no Unsloth here to check it against
+    engine = build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
+                                  config.data.max_prompt_tokens, Distributed(), owns_model=owns_model)
+    engine.close()
+    assert model.vllm_engine.calls == shut_down

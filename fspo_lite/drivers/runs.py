@@ -316,11 +316,10 @@ def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir:
     else:
         status = "resumed" if prepare_run_dir(run_dir, key) == "resume" else "trained"
         apply_overrides(config, {"train.resume": status == "resumed"})
-        trainer = Trainer(config, train_examples=examples, progress=progress)
-        trainer.train()
-        record = evaluate_run(config, trainer.model, trainer.tokenizer, run_dir, method=method, seed=seed,
-                              train_verifier=config.verifier.name, settings_key=key)
-        del trainer
+        with Trainer(config, train_examples=examples, progress=progress) as trainer:  # its engine ends before the next
+            trainer.train()
+            record = evaluate_run(config, trainer.model, trainer.tokenizer, run_dir, method=method, seed=seed,
+                                  train_verifier=config.verifier.name, settings_key=key)
     rows = read_metrics(run_dir)
     return {**record, "status": status, "last_reward": rows[-1]["reward_mean"] if rows else float("nan"),
             "minutes": round((time.perf_counter() - started) / 60, 2)}

@@ -53,6 +53,32 @@ class MetricsLogger:
         """Drop rows logged after `step` (a resumed run rewrites them)."""
         truncate_jsonl(self.path, step)
 
+    def close(self) -> None:
+        """Close the TensorBoard writer (its files and thread); metrics.jsonl needs nothing: each row is closed."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def sample_record(step: int, example, rollout, scored, token_advantages, tokenizer, advantage: float) -> dict:
+    """Row 0 of a step, token by token, as samples.jsonl holds it (for plots): the question and gold answers of
+    `example`, the response's text, tokens and offsets, its reward and group advantage before any flip
+    (`advantage`), its token advantages after it, the verifier's sentence labels and spans, and the method's
+    details and token rewards where the method has them (`scored` is a step's scored rollouts)."""
+    length = int(rollout.completion_mask[0].sum())
+    ids = rollout.completion_ids[0, :length].tolist()
+    record = {
+        "step": step, "question": example.question, "gold": example.answers,
+        "response": scored.views[0].text, "reward": scored.rewards[0].item(),
+        "tokens": tokenizer.convert_ids_to_tokens(ids), "offsets": scored.views[0].offsets,
+        "advantage": advantage, "token_advantages": token_advantages[0, :length].tolist(),
+        "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
+        "method_details": scored.details[0] if scored.details else {},
+    }
+    if scored.token_rewards is not None:
+        record["token_rewards"] = scored.token_rewards[0, :length].tolist()
+    return record
+
 
 def append_jsonl(path: str | Path, record: dict) -> None:
     """Append one JSON line and fsync it, so it is on disk before a later checkpoint is."""

@@ -355,6 +355,16 @@ def load_policy(config, seed: int = 0, max_seq_length: int = 2048, fast_inferenc
     return model, tokenizer
 
 
+def frozen_copy(model):
+    """A copy of `model` in eval mode with no parameter requiring a gradient: full fine-tuning's reference model."""
+    import copy
+
+    reference = copy.deepcopy(model).eval()
+    for parameter in reference.parameters():
+        parameter.requires_grad_(False)
+    return reference
+
+
 def trainable_parameter_count(model) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -210,6 +210,7 @@ def uses_gradient_checkpointing(model) -> bool:
 def shares_prompt_pass(config, world_size: int, model) -> bool:
     """Whether the trainer's log-prob passes encode each distinct prompt once (train.share_prompt_pass): it
     needs the KV cache (no gradient checkpointing), a plain module (a DDP/FSDP wrapper expects one forward
-    per backward) and not Unsloth's patched forward with its own offloaded checkpointing."""
-    return (config.train.share_prompt_pass and world_size == 1 and config.model.backend != "unsloth"
-            and not uses_gradient_checkpointing(model))
+    per backward, and FSDP wraps the model under torchrun with one process too: its backward would find the
+    shared pass's weights already freed) and not Unsloth's patched forward with its own offloaded checkpointing."""
+    return (config.train.share_prompt_pass and world_size == 1 and not config.train.fsdp
+            and config.model.backend != "unsloth" and not uses_gradient_checkpointing(model))

@@ -30,12 +30,13 @@ def check_rollout_engine(rollout: RolloutConfig, model_config: ModelConfig, trai
 
 
 def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig,
-                         max_prompt_tokens: int, dist):
+                         max_prompt_tokens: int, dist, owns_model: bool = True):
     """The sampler named by rollout.engine, sharing `generate(prompts, num_samples, do_sample, max_new_tokens) ->
     Rollout`. It reads the rollout section, the model section (LoRA, backend, what vLLM loads), the train section
     (ppo_epochs, seed, output_dir: where the adapters for vLLM go) and data.max_prompt_tokens; `dist` (a
     `Distributed`) gives the rank and device. The `vllm` package is imported only when the colocated vLLM engine is
-    built."""
+    built. `owns_model`: the caller loaded the model for this run, so closing the engine may also shut down the vLLM
+    engine Unsloth started beside it."""
     engine = rollout.engine
     if engine == "transformers":
         # with sharded weights every rank must run the same forward passes (the shared prefill is one more,
@@ -51,7 +52,8 @@ def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config:
         else:
             llm = build_llm(rollout, model_config, train, max_prompt_tokens, dist.rank, dist.world_size)
         root = Path(train.output_dir) / "rollout_adapters" / f"rank{dist.rank}"
-        return VLLMRollout(model, tokenizer, llm, rollout, max_prompt_tokens, root, dist.device)
+        return VLLMRollout(model, tokenizer, llm, rollout, max_prompt_tokens, root, dist.device,
+                           owns_llm=owns_model or model_config.backend != "unsloth")
     if engine == "vllm-server":
         require_lora(rollout, model_config, train, "vllm-server")
         require_server_url(rollout)

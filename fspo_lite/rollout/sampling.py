@@ -43,6 +43,10 @@ class Engine:
         self.rollout = copy.copy(rollout)
         self.max_prompt_tokens = max_prompt_tokens
 
+    def close(self) -> None:
+        """End what the engine started (processes, workers, copies of the weights); the engine cannot sample after
+        it. Nothing here: each engine that starts something ends it in its own `close`."""
+
     def sampling(self, eos_ids: Sequence[int], do_sample: bool = True, max_new_tokens: int | None = None,
                  min_new_tokens: int = 0) -> Sampling:
         """The `Sampling` of one `generate` call: the rollout section's temperature and top_p, and its max_new_tokens

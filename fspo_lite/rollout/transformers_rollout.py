@@ -124,6 +124,10 @@ class TransformersRollout(Engine):
                     mine.copy_(theirs)
         return self._copy
 
+    def close(self) -> None:
+        """Drop the rollout.sampler_dtype copy of the policy (a second set of weights)."""
+        self._copy = None
+
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
                  max_new_tokens: int | None = None) -> Rollout:

@@ -264,14 +264,29 @@ def unsloth_llm(policy):
     return llm
 
 
+def shutdown_llm(llm) -> None:
+    """End a `vllm.LLM`'s engine: its engine-core process and the workers it started stop, and their memory is freed
+    when the last reference goes. `LLM.shutdown()` where the vLLM version has it, else the V1 engine-core client's
+    `shutdown()`, which is what the LLM's garbage collection would call, at a time nobody controls."""
+    shutdown = getattr(llm, "shutdown", None)
+    if callable(shutdown):
+        shutdown()
+        return
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if callable(getattr(core, "shutdown", None)):
+        core.shutdown()
+
+
 class VLLMRollout(Engine):
     """A colocated `vllm.LLM` (or Unsloth's) with the trainer's adapter passed per request; the rollout section gives
-    the sampling, use_sampler_logprobs and vllm_enable_sleep_mode."""
+    the sampling, use_sampler_logprobs and vllm_enable_sleep_mode. `close()` shuts the engine down when it is this
+    rollout's own (owns_llm: built for it, or Unsloth's when the trainer loaded that model itself)."""
 
     def __init__(self, policy, tokenizer, llm, rollout: RolloutConfig, max_prompt_tokens: int = 512,
-                 adapter_root: str | Path | None = None, device=None):
+                 adapter_root: str | Path | None = None, device=None, owns_llm: bool = True):
         super().__init__(policy, tokenizer, rollout, max_prompt_tokens)
         self.llm = llm
+        self.owns_llm = owns_llm
         self.asleep = False
         self.adapters = AdapterVersions(adapter_root)
         self.device = device
@@ -297,6 +312,12 @@ class VLLMRollout(Engine):
             self.asleep = True
         completions, logprobs = completions_from_request_outputs(outputs, with_logprobs)
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)
+
+    def close(self) -> None:
+        """Shut the engine down when it is this rollout's own, and drop it."""
+        llm, self.llm = self.llm, None
+        if llm is not None and self.owns_llm:
+            shutdown_llm(llm)
 
 
 def llm_arguments(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig, max_prompt_tokens: int,

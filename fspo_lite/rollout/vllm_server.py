@@ -107,7 +107,9 @@ class VLLMServerRollout(Engine):
 
     The server must run with --enable-lora (and --max-lora-rank >= model.lora_r) and the
     environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and must be able to read the
-    adapter folders this process writes (under train.output_dir).
+    adapter folders this process writes (under train.output_dir). With rollout.use_sampler_logprobs it must run
+    with --logprobs-mode processed_logprobs (log-probs after temperature, as the trainer's): the default, the raw
+    model's, shows as a sampler_logprob_gap_mean far above the colocated engine's at any temperature but 1.
     """
 
     def __init__(self, policy, tokenizer, rollout: RolloutConfig, max_prompt_tokens: int = 512,

@@ -26,7 +26,9 @@ from typing import Mapping
 import torch
 
 SUMMED_METRICS = ("verified_sentences", "tokens_per_second", "rlfh_statements", "rlfh_unlocated", "rlfh_unplaced")
-"""Metrics that add up over ranks; every other number is averaged."""
+"""Metrics that add up over ranks; every other number is averaged (but those in LARGEST_METRICS)."""
+LARGEST_METRICS = ("sampler_logprob_gap_max",)
+"""Metrics whose value over ranks is the largest rank's (a maximum stays a maximum)."""
 
 
 def shard_bounds(count: int, world_size: int, rank: int) -> tuple[int, int]:
@@ -54,16 +56,17 @@ def loss_normalisers(global_tokens: float, global_sequences: int, world_size: in
     return global_tokens / world_size, global_sequences / world_size
 
 
-def combine_metrics(per_rank: list[dict], summed: tuple[str, ...] = SUMMED_METRICS) -> dict:
-    """One metrics dict from every rank's: means of numbers (sums for `summed` keys); other
-    values (strings, None) are taken from rank 0."""
+def combine_metrics(per_rank: list[dict], summed: tuple[str, ...] = SUMMED_METRICS,
+                    largest: tuple[str, ...] = LARGEST_METRICS) -> dict:
+    """One metrics dict from every rank's: means of numbers (sums for `summed` keys, the maximum for `largest`
+    ones); other values (strings, None) are taken from rank 0."""
     combined = dict(per_rank[0])
     for key, value in per_rank[0].items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         values = [rank[key] for rank in per_rank]
         total = sum(values)
-        combined[key] = total if key in summed else total / len(values)
+        combined[key] = total if key in summed else max(values) if key in largest else total / len(values)
         if isinstance(value, int) and key not in summed and all(v == value for v in values):
             combined[key] = value  # identical integers (step, skipped updates) stay integers
     return combined

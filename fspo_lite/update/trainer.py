@@ -24,11 +24,11 @@ from fspo_lite.config import Config
 from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
-from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, truncate_jsonl
+from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, sample_record, truncate_jsonl
 from fspo_lite.models.attention import grouped_query_sdpa
 from fspo_lite.models.fused_lora import fused_lora
 from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
-from fspo_lite.models.policy import load_policy, trainable_parameter_count
+from fspo_lite.models.policy import frozen_copy, load_policy
 from fspo_lite.models.precision import needs_loss_scaling
 from fspo_lite.models.prompt_cache import prefix_pass, shares_prompt_pass
 from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
@@ -42,7 +42,7 @@ from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_proven
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
 from fspo_lite.update.loss_scale import LossScale
-from fspo_lite.memory import keep_freed_memory
+from fspo_lite.memory import keep_freed_memory, release_memory
 
 
 class TrainingError(RuntimeError):
@@ -72,7 +72,8 @@ class Trainer:
         self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
         # the data before the model: a bad data file is reported in a second, not after the model loads
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
-        if model is None or tokenizer is None:
+        owns_model = model is None or tokenizer is None  # loaded here: its Unsloth vLLM engine ends with the trainer
+        if owns_model:
             model, tokenizer = load_policy(config.model, seed=config.train.seed,
                                            max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                                            fast_inference=config.rollout.engine == "vllm",
@@ -85,7 +86,7 @@ class Trainer:
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
         self.scoring_plan = scoring_plan(config.reward, config.detail, self.verifier is not None)  # once per run
-        self.reference = self._frozen_reference() if config.train.beta > 0 and not config.model.lora else None
+        self.reference = frozen_copy(self.model) if config.train.beta > 0 and not config.model.lora else None
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
                                       weight_decay=config.train.weight_decay)
         # [distributed] the wrapped (DDP/FSDP) model runs the training forward/backward; self.model
@@ -98,7 +99,7 @@ class Trainer:
         if self.reference is not None:
             self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
         self.engine = build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
-                                           config.data.max_prompt_tokens, self.dist)
+                                           config.data.max_prompt_tokens, self.dist, owns_model)
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
@@ -106,15 +107,30 @@ class Trainer:
         self.bad_steps = 0
         self.skipped_updates = 0
         if config.train.resume:
-            self.resume()
+            try:
+                self.resume()
+            except BaseException:
+                self.close()  # the engine is up: a refused checkpoint must not leave it running
+                raise
 
-    def _frozen_reference(self):
-        import copy
+    def close(self) -> None:
+        """End the rollout engine and give the memory back, so that the next trainer in the process starts on a clean
+        machine (notebook 03 trains several in one kernel; vLLM refuses to start below its share of free GPU memory):
+        the engine ends its processes and workers (`Engine.close`), the engine, model, optimizer and reference are
+        dropped, then `release_memory`. Safe to call twice; no training after it. `with Trainer(...)` calls it."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
+        self.logger.close()
+        self.model = self.train_model = self.optimizer = self.reference = None
+        self.parameters = []
+        release_memory()
 
-        reference = copy.deepcopy(self.model).eval()
-        for parameter in reference.parameters():
-            parameter.requires_grad_(False)
-        return reference
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     # ---- state -------------------------------------------------------------------------
     def resume(self) -> bool:
@@ -240,26 +256,11 @@ class Trainer:
         metrics = self.dist.gather_metrics(metrics)  # [distributed] averaged over ranks (counts summed)
         if self.dist.is_main:
             self.logger.log(metrics)
-            self._log_sample(examples[0], rollout, scored, advantages)
+            unflipped = algos.group_advantages(scored.rewards, config.rollout.group_size, config.train.scale_by_std)
+            append_jsonl(self.output_dir / "samples.jsonl", sample_record(  # the step's first response, for plots
+                self.step_index, examples[0], rollout, scored, advantages, self.tokenizer, unflipped[0].item()))
         self._stop_if_diverged()  # every rank: the gradient norm that decides a skip is global
         return metrics
-
-    def _log_sample(self, example, rollout, scored, advantages) -> None:
-        """Write the first response of the step, token by token, to samples.jsonl (for plots)."""
-        length = int(rollout.completion_mask[0].sum())
-        ids = rollout.completion_ids[0, :length].tolist()
-        unflipped = algos.group_advantages(scored.rewards, self.config.rollout.group_size, self.config.train.scale_by_std)[0]
-        record = {
-            "step": self.step_index, "question": example.question, "gold": example.answers,
-            "response": scored.views[0].text, "reward": scored.rewards[0].item(),
-            "tokens": self.tokenizer.convert_ids_to_tokens(ids), "offsets": scored.views[0].offsets,
-            "advantage": unflipped.item(), "token_advantages": advantages[0, :length].tolist(),
-            "sentence_labels": scored.verdicts[0].labels, "sentence_spans": scored.verdicts[0].spans,
-            "method_details": scored.details[0] if scored.details else {},
-        }
-        if scored.token_rewards is not None:
-            record["token_rewards"] = scored.token_rewards[0, :length].tolist()
-        append_jsonl(self.output_dir / "samples.jsonl", record)
 
     def _logprobs(self, model, rollout: Rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
                   entropy_grad: bool = False, shared_start=None):
@@ -315,6 +316,8 @@ class Trainer:
         # them (rollout.use_sampler_logprobs), else the detached current log-probs (ratio 1)
         old_logp = self._frozen_logprobs(rollout, reference=False) if train.ppo_epochs > 1 else rollout.sampling_logprobs
         ref_logp = self._frozen_logprobs(rollout, reference=True) if train.beta > 0 else None
+        sampled = rollout.sampling_logprobs  # the engine's; epoch 0's own log-probs are compared with them
+        trainer_logp = torch.zeros_like(mask) if sampled is not None else None
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
         skipped = False
@@ -351,6 +354,8 @@ class Trainer:
                         self.loss_scale.scaled(loss).backward()
                     epoch_loss += loss.item()
                     if epoch == 0:
+                        if trainer_logp is not None:
+                            trainer_logp[cut] = logp.detach().to(trainer_logp.dtype)
                         sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
                         sums["entropy"] += (entropy * mask[cut]).sum().item()
                 if shared_start is not None:
@@ -372,6 +377,7 @@ class Trainer:
             "kl": sums["kl"] / tokens if ref_logp is not None else float("nan"),
             "entropy": sums["entropy"] / tokens, "learning_rate": self.optimizer.param_groups[0]["lr"],
             "update_skipped": int(skipped),
+            **(algos.logprob_gap(sampled, trainer_logp, mask) if sampled is not None else {}),  # adapter freshness
         }
 
     def _skip_update(self, loss: float, grad_norm: float) -> None:
@@ -392,9 +398,3 @@ class Trainer:
                 f"{self.bad_steps} consecutive steps had a non-finite loss or gradient "
                 f"(train.max_bad_steps={self.config.train.max_bad_steps}); lower the learning rate or check the data"
             )
-
-
-def describe(trainer: Trainer) -> str:
-    trainable, total = trainable_parameter_count(trainer.model)
-    return (f"{trainer.config.model.name}: {trainable:,} trainable of {total:,} parameters; "
-            f"{len(trainer.examples)} training questions; method {trainer.config.reward.method}")

@@ -526,12 +526,10 @@ def test_notebook_04_falls_back_to_the_committed_study_runs(tmp_path):
     fallback = committed_runs(tmp_path / "runs" / "lite", repository)
     assert fallback.order == ["base", "grpo", "fspo+kb"] and fallback.title == "Study"
     assert fallback.runs_dir == repository / "results" / "study" / "runs" and fallback.prefix == "study_"
-    assert fallback.note.startswith(f"{tmp_path / 'runs' / 'lite'} holds no runs yet (notebook 03 makes them): "
+    assert fallback.note.startswith(f"{tmp_path / 'runs' / 'lite'} does not exist yet (notebook 03 makes it): "
                                     "reading the committed study runs in") and "\n" not in fallback.note
-    own = tmp_path / "runs" / "lite" / "grpo_s0"
-    own.mkdir(parents=True)
-    (own / "heldout.json").write_text("{}")
-    assert committed_runs(tmp_path / "runs" / "lite", repository) is None  # its own runs: no fallback
+    (tmp_path / "runs" / "lite").mkdir(parents=True)
+    assert committed_runs(tmp_path / "runs" / "lite", repository) is None  # a folder that exists is read as it is
     assert committed_runs(tmp_path / "none", tmp_path / "wheel") is None  # nothing committed to fall back to
     real = committed_runs(tmp_path / "none")  # this repository's committed study
     assert real is not None and {"base", "grpo", "fspo"} <= set(real.order)
@@ -546,3 +544,15 @@ def test_the_lite_command_says_where_to_go_next(tmp_path):
     assert "`.venv/bin/jupyter lab notebooks/`" in quick[2] and len(quick) == 3
     lite = next_steps(load_profile("lite"), tmp_path)
     assert lite[0].endswith(f"{tmp_path}/figures/lite_flip_example.png") and len(lite) == 2
+
+
+def test_run_row_is_one_short_row_of_a_run():
+    from fspo_lite.drivers.report import run_row
+
+    record = {"method": "fspo", "seed": 1, "minutes": 2.5, "status": "trained",
+              "metrics": {"kbqa.correct": 0.25, "kbqa.step_hallucination_rate": 0.125, "kbqa.f1": 0.3}}
+    assert run_row(record) == {"method": "fspo", "seed": 1, "accuracy %": 25.0, "step hallucination %": 12.5,
+                               "minutes": 2.5}
+    base = run_row({"method": "base", "seed": None, "metrics": {"multihop.correct": 0.5,
+                                                                "multihop.step_hallucination_rate": float("nan")}})
+    assert base["accuracy %"] == 50.0 and math.isnan(base["step hallucination %"]) and base["minutes"] is None

@@ -79,12 +79,12 @@ COMMITTED_STUDY = Path("results") / "study"
 
 @dataclass(frozen=True)
 class CommittedRuns:
-    """What notebook 04 reads and writes instead when the runs folder asked for holds no runs (a fresh clone):
+    """What notebook 04 reads and writes instead when the runs folder asked for does not exist (a fresh clone):
     the study's committed runs with the study's order and title; figures and summary go to `out_dir` (ignored by
     git), so the committed results stay as they are."""
 
     asked: str
-    """The runs folder asked for, which holds no runs."""
+    """The runs folder asked for, which does not exist."""
     runs_dir: Path
     order: list[str]
     title: str
@@ -94,7 +94,7 @@ class CommittedRuns:
     @property
     def note(self) -> str:
         """The one line notebook 04 prints."""
-        return (f"{self.asked} holds no runs yet (notebook 03 makes them): reading the committed study runs in "
+        return (f"{self.asked} does not exist yet (notebook 03 makes it): reading the committed study runs in "
                 f"{self.runs_dir} instead; figures and summary go to {self.out_dir}/")
 
 
@@ -104,11 +104,12 @@ def has_runs(runs_dir: str | Path) -> bool:
 
 
 def committed_runs(runs_dir: str | Path, repository: str | Path = REPOSITORY) -> CommittedRuns | None:
-    """None when `runs_dir` holds runs (or the repository has no committed study to fall back to, as an installed
-    wheel); else the committed study's runs, order and title (from its summary.json), for notebook 04 to open on
-    its own in a fresh clone, before notebook 03 has made any run."""
+    """None when the folder `runs_dir` exists (or the repository has no committed study to fall back to, as an
+    installed wheel); else the committed study's runs, order and title (from its summary.json), for notebook 04 to
+    open on its own in a fresh clone, before notebook 03 has made its runs folder. A folder that exists is read as
+    it is: a job whose notebook 03 made no run fails with that message instead of reporting other runs."""
     study = Path(repository) / COMMITTED_STUDY
-    if has_runs(runs_dir) or not has_runs(study / "runs") or not (study / "summary.json").exists():
+    if Path(runs_dir).exists() or not has_runs(study / "runs") or not (study / "summary.json").exists():
         return None
     settings = json.loads((study / "summary.json").read_text(encoding="utf-8")).get("report") or {}
     runs = study / "runs"

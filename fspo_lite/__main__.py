@@ -223,8 +223,9 @@ def cmd_lite(args) -> int:
     from pathlib import Path
 
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (ROOT, check_profile, job_folders, load_profile, override_parameters,
-                                              results_folder, run_profile, with_training_overrides)
+    from fspo_lite.drivers.experiment import (ROOT, check_profile, job_folders, load_profile, next_steps,
+                                              override_parameters, results_folder, run_profile,
+                                              with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
     # training runs (notebook 03's `overrides`)
@@ -235,9 +236,14 @@ def cmd_lite(args) -> int:
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
     with command_lock(job_folders(profile, args.out), "choose another --out", _command_line()):
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
-    results = results_folder(profile, (ROOT / (args.out or profile.out)).resolve())
-    shown = results.relative_to(Path.cwd()) if results.is_relative_to(Path.cwd()) else results
-    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in {shown}/summary.md")
+    out = (ROOT / (args.out or profile.out)).resolve()
+
+    def shown(path: Path) -> Path:
+        return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+
+    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in "
+          f"{shown(results_folder(profile, out))}/summary.md")
+    print(*next_steps(profile, out, shown), sep="\n")
     return 0
 
 

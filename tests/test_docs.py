@@ -93,13 +93,17 @@ def test_a_relative_filter_path_falls_back_to_the_wheel_copy(tmp_path, monkeypat
     assert data.bundled_or_given("results/filter_x.json") == Path("results/filter_x.json")
 
 
-def test_training_curves_of_a_one_step_run_have_markers(tmp_path):
+def test_training_curves_of_a_short_run_have_markers_and_of_one_step_are_not_drawn(tmp_path):
     from fspo_lite.drivers.report.plots import plot_training_curves
 
-    training = pd.DataFrame([{"method": m, "step": 1, "reward_mean": 0.5, "accuracy": 0.0} for m in ("grpo", "fspo")])
+    training = pd.DataFrame([{"method": m, "step": s, "reward_mean": 0.5, "accuracy": 0.0}
+                             for m in ("grpo", "fspo") for s in (1, 2)])
     fig = plot_training_curves(training, tmp_path / "curves.png", ["grpo", "fspo"])
     lines = [line for ax in fig.axes for line in ax.get_lines()]
     assert lines and all(line.get_marker() == "o" for line in lines)
+    one_step = training[training["step"] == 1]
+    assert plot_training_curves(one_step, tmp_path / "one.png", ["grpo", "fspo"]) is None  # a dot is no curve
+    assert not (tmp_path / "one.png").exists()
 
 
 CITING_FOLDERS = ("fspo_lite", "docs", "configs", "notebooks", "bench", "scripts", "tests", "results", "data",

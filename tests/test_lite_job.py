@@ -46,8 +46,13 @@ def test_quick_profile_runs_the_notebook_sequence(tmp_path, capfd):
     assert summary["job"]["runs"] == {"trained": runs, "resumed": 0, "skipped": 0}
     assert f"Runs: {runs} trained in this invocation." in markdown
     assert "| fspo | 1 |" in (tmp_path / "results" / "summary.md").read_text()
-    for figure in ("training_curves", "accuracy_vs_hallucination", "decomposition"):
+    for figure in ("decomposition", "flip_example"):  # the flip: from the bundled examples (no run flipped a token)
         assert (tmp_path / "figures" / f"quick_{figure}.png").stat().st_size > 1000
+    for figure in ("training_curves", "accuracy_vs_hallucination", "advantage_mass"):  # one step, no sentence
+        assert not (tmp_path / "figures" / f"quick_{figure}.png").exists()
+        assert f"- `quick_{figure}.png`: " in markdown
+    assert f"the flip (token advantages under GRPO and FSPO): {tmp_path}/figures/quick_flip_example.png" in printed.out
+    assert "`make lite` is the real job" in printed.out and "notebooks/05_reward_playground.ipynb" in printed.out
     heldout = json.loads((tmp_path / "runs" / "fspo_s0" / "heldout.json").read_text())
     assert heldout["judge"] == "embedding" and heldout["train_verifier"] == "lexical"
     assert {f"{b}." for b in trained["eval_benchmarks"]} <= {k.split(".")[0] + "." for k in heldout["metrics"]}

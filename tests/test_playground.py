@@ -156,3 +156,26 @@ def test_the_controls_and_truthfulness_rewards_show_what_training_pays(smol_toke
     # corver: fspo with the step reward at 0.5: response 0 earns 1 + 0.5 x (+1), response 1 0 + 0.5 x (-1)
     corver = playground.compute_playground(ITEM, smol_tokenizer, "fspo", {"reward.step_reward_lambda": 0.5})
     assert corver.rewards[:2] == pytest.approx([1.5, -0.5])
+
+
+def test_flipped_tokens_counts_signs_turned_against_the_group_advantage():
+    assert playground.flipped_tokens([0.5, 0.5, 0.5], [0.5, -0.5, -0.5]) == 2
+    assert playground.flipped_tokens([-1.0, -1.0], [1.0, -1.0]) == 1
+    assert playground.flipped_tokens([0.0, 0.0], [0.0, 0.0]) == 0
+
+
+def test_flip_record_from_examples_picks_the_most_flipped_response(smol_tokenizer, tmp_path):
+    from fspo_lite.drivers.report import plot_flip
+
+    right_with_a_wrong_step = "Gold has atomic number 12. Its symbol is Au.</think>\n<answer>Au</answer>"
+    item = playground.PlaygroundItem(ITEM.example, [*ITEM.completions, right_with_a_wrong_step])
+    record = playground.flip_record_from_examples(smol_tokenizer, [item])
+    assert record["response"] == "<think>" + right_with_a_wrong_step
+    assert record["advantage"] > 0 and record["reward"] == 1.0 and record["gold"] == ["Au"]
+    assert record["flipped_tokens"] == sum(1 for a in record["token_advantages"] if a < 0) > 0
+    assert len(record["tokens"]) == len(record["token_advantages"])
+    plot_flip(record, tmp_path / "flip.png")  # the record is what the report's flip figure reads
+    assert (tmp_path / "flip.png").stat().st_size > 1000
+    assert playground.flip_record_from_examples(smol_tokenizer, [ITEM]) is None  # no flipped token: nothing
+    bundled = playground.flip_record_from_examples(smol_tokenizer)  # notebook 04's fallback has a response to draw
+    assert bundled is not None and bundled["flipped_tokens"] > 0

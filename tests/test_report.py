@@ -471,3 +471,88 @@ def test_study_report_answers_the_added_arms_questions(tmp_path):
     assert "| metric | fspo+kb - fspo | fspo+kb - grpo | fspo - grpo | fspo+4x - grpo+4x | grpo+4x - grpo | " in text
     assert "- **Does longer training change the picture?** no: " in text
     assert "- **Does a better verifier turn saying less into saying right?** no: " in text
+
+
+def test_a_figure_with_nothing_to_show_is_not_drawn_and_says_why(tmp_path):
+    from fspo_lite.drivers import report
+
+    one_step = pd.DataFrame([{"run": f"{m}_s0", "method": m, "seed": 0, "step": 1, "reward_mean": -2.0,
+                              "adv_abs_share/supported": float("nan"), "adv_signed_share/supported": float("nan")}
+                             for m in ("grpo", "fspo")])
+    assert "single training step" in report.curves_not_drawn(one_step)
+    assert report.plot_training_curves(one_step, tmp_path / "curves.png") is None
+    assert report.plot_advantage_mass(one_step, tmp_path / "mass.png") is None
+    assert "every advantage was zero" in report.mass_not_drawn(one_step)
+    assert "did not log" in report.mass_not_drawn(one_step.drop(columns=["adv_abs_share/supported"]))
+    two_steps = pd.concat([one_step, one_step.assign(step=2)], ignore_index=True)
+    assert report.curves_not_drawn(two_steps) is None and report.plot_training_curves(two_steps) is not None
+    no_rate = _heldout().assign(step_hallucination=float("nan"))
+    assert "checked no reasoning sentence" in report.scatter_not_drawn(no_rate)
+    assert report.plot_accuracy_vs_hallucination(no_rate, tmp_path / "scatter.png") is None
+    assert report.scatter_not_drawn(_heldout()) is None
+    nothing_checked = pd.DataFrame([{"metric": "checkable_per_response@embedding", "method": "grpo", "mean": 0.0,
+                                     "low": 0.0, "high": 0.0}])
+    assert "no held-out judge found" in report.judges_not_drawn(nothing_checked, ["embedding"])
+    assert report.plot_judges(nothing_checked, ["embedding"], tmp_path / "judges.png") is None
+    assert report.plot_supported_unsupported(nothing_checked, ["embedding"], tmp_path / "su.png") is None
+    assert not list(tmp_path.iterdir())  # nothing saved
+    assert report.figures_not_drawn(no_rate, one_step, "quick_") == {
+        "quick_training_curves.png": report.curves_not_drawn(one_step),
+        "quick_accuracy_vs_hallucination.png": report.scatter_not_drawn(no_rate)}
+    assert report.figures_not_drawn(_heldout(), two_steps) == {}
+
+
+def test_summary_md_lists_the_figures_not_drawn():
+    from fspo_lite.drivers.report import summary_document
+
+    summary = {"report": {"title": "t", "order": ["base"], "smoke": True}, "methods": {}, "runs": [],
+               "figures_not_drawn": {"quick_training_curves.png": "every run logged a single training step"},
+               "statistics": {"figures_not_drawn": {"quick_advantage_mass.png": "every advantage was zero"}}}
+    text = summary_document(summary)
+    assert ("## Figures not drawn\n\nA figure with nothing to show is not drawn:\n\n"
+            "- `quick_training_curves.png`: every run logged a single training step.\n"
+            "- `quick_advantage_mass.png`: every advantage was zero.\n") in text
+    assert "Figures not drawn" not in summary_document({**summary, "figures_not_drawn": {}, "statistics": {}})
+
+
+def test_notebook_04_falls_back_to_the_committed_study_runs(tmp_path):
+    from fspo_lite.drivers.report import committed_runs
+
+    repository = tmp_path / "repo"
+    (repository / "results" / "study" / "runs" / "base").mkdir(parents=True)
+    (repository / "results" / "study" / "runs" / "base" / "heldout.json").write_text("{}")
+    (repository / "results" / "study" / "summary.json").write_text(
+        json.dumps({"report": {"order": ["base", "grpo", "fspo+kb"], "title": "Study"}}))
+    fallback = committed_runs(tmp_path / "runs" / "lite", repository)
+    assert fallback.order == ["base", "grpo", "fspo+kb"] and fallback.title == "Study"
+    assert fallback.runs_dir == repository / "results" / "study" / "runs" and fallback.prefix == "study_"
+    assert fallback.note.startswith(f"{tmp_path / 'runs' / 'lite'} does not exist yet (notebook 03 makes it): "
+                                    "reading the committed study runs in") and "\n" not in fallback.note
+    (tmp_path / "runs" / "lite").mkdir(parents=True)
+    assert committed_runs(tmp_path / "runs" / "lite", repository) is None  # a folder that exists is read as it is
+    assert committed_runs(tmp_path / "none", tmp_path / "wheel") is None  # nothing committed to fall back to
+    real = committed_runs(tmp_path / "none")  # this repository's committed study
+    assert real is not None and {"base", "grpo", "fspo"} <= set(real.order)
+
+
+def test_the_lite_command_says_where_to_go_next(tmp_path):
+    from fspo_lite.drivers.experiment import next_steps
+
+    quick = next_steps(load_profile("quick"), tmp_path)
+    assert quick[0].endswith(f"{tmp_path}/figures/quick_flip_example.png")
+    assert "`make lite` is the real job" in quick[1] and "notebooks/05_reward_playground.ipynb" in quick[2]
+    assert "`.venv/bin/jupyter lab notebooks/`" in quick[2] and len(quick) == 3
+    lite = next_steps(load_profile("lite"), tmp_path)
+    assert lite[0].endswith(f"{tmp_path}/figures/lite_flip_example.png") and len(lite) == 2
+
+
+def test_run_row_is_one_short_row_of_a_run():
+    from fspo_lite.drivers.report import run_row
+
+    record = {"method": "fspo", "seed": 1, "minutes": 2.5, "status": "trained",
+              "metrics": {"kbqa.correct": 0.25, "kbqa.step_hallucination_rate": 0.125, "kbqa.f1": 0.3}}
+    assert run_row(record) == {"method": "fspo", "seed": 1, "accuracy %": 25.0, "step hallucination %": 12.5,
+                               "minutes": 2.5}
+    base = run_row({"method": "base", "seed": None, "metrics": {"multihop.correct": 0.5,
+                                                                "multihop.step_hallucination_rate": float("nan")}})
+    assert base["accuracy %"] == 50.0 and math.isnan(base["step hallucination %"]) and base["minutes"] is None

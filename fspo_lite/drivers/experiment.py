@@ -320,6 +320,26 @@ def results_folder(profile: Profile, out: Path) -> Path:
     return (ROOT / resolve_parameters({"d": folders[-1]}, out)["d"]).resolve() if folders else out / "results"
 
 
+def flip_figure(profile: Profile, out: Path) -> Path | None:
+    """The flip figure notebook 04 draws for the profile (<figures_dir>/<prefix>flip_example.png); None when the
+    profile does not run notebook 04."""
+    report = [parameters for name, parameters in profile.notebooks if name.startswith("04_")]
+    if not report:
+        return None
+    folder = resolve_parameters({"d": report[-1].get("figures_dir", "figures")}, out)["d"]
+    return (ROOT / folder / f"{report[-1].get('prefix', 'lite_')}flip_example.png").resolve()
+
+
+def next_steps(profile: Profile, out: Path, shown=lambda path: path) -> list[str]:
+    """What the lite command prints after its last line: where the flip figure is and where to go next (`shown`
+    turns a path into the one printed)."""
+    figure = flip_figure(profile, out)
+    lines = [f"the flip (token advantages under GRPO and FSPO): {shown(figure)}"] if figure else []
+    if profile.name == "quick":
+        lines.append("a smoke test: its numbers mean nothing; `make lite` is the real job")
+    return lines + ["play with the flip: notebooks/05_reward_playground.ipynb (`.venv/bin/jupyter lab notebooks/`)"]
+
+
 def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
     """The folders a profile's job owns while it runs (`fspo_lite.run_lock`): its results folder and the training
     notebook's runs folder. Profiles that share an output root but not these folders (lite and study) can run side

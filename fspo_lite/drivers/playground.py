@@ -218,3 +218,35 @@ def plot_token_advantages(result: PlaygroundResult, index: int = 0, ax=None):
     ax.set_ylabel("advantage")
     ax.set_title(f"response #{index}: reward {result.rewards[index]:.3f}")
     return ax.figure
+
+
+def flipped_tokens(before: list[float], after: list[float]) -> int:
+    """How many tokens the flip turned against their group advantage (`before`: GRPO's, `after`: FSPO's)."""
+    return sum(1 for b, a in zip(before, after) if a * b < 0)
+
+
+def flip_record_from_examples(tokenizer, items: list[PlaygroundItem] | None = None, verifier=None) -> dict | None:
+    """The stored response (of the bundled examples by default) with the most flipped tokens, as a record for
+    `fspo_lite.drivers.report.plot_flip`: its tokens, FSPO's token advantages and GRPO's group advantage; None
+    when no token of any response flipped.
+
+    Both advantages come from `compute_playground`, the training step's own reward and advantage code, so the
+    figure shows what FSPO changes without a model: notebook 04 draws it when no logged run response had a
+    flipped token (a short or smoke run)."""
+    items = load_items() if items is None else items
+    verifier = verifier if verifier is not None else build_verifier(Config().verifier)
+    best, most = None, 0
+    for item in items:
+        grpo = compute_playground(item, tokenizer, "grpo", verifier=verifier)
+        fspo = compute_playground(item, tokenizer, "fspo", verifier=verifier)
+        for index, (before, after) in enumerate(zip(grpo.advantages, fspo.advantages)):
+            count = flipped_tokens(before, after)
+            if count > most:
+                best, most = (item, index, before, fspo), count
+    if best is None:
+        return None
+    item, index, before, fspo = best
+    return {"question": item.example.question, "gold": list(item.example.answers),
+            "response": item.response_prefix + item.completions[index], "tokens": fspo.tokens[index],
+            "token_advantages": fspo.advantages[index], "advantage": before[0] if before else 0.0,
+            "reward": fspo.rewards[index], "flipped_tokens": most}

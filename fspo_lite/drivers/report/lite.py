@@ -7,7 +7,9 @@ trainer's metrics.jsonl / samples.jsonl and the held-out result heldout.json wri
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -68,6 +70,67 @@ def load_training(runs_dir: str | Path) -> pd.DataFrame:
         frame["run"], frame["method"], frame["seed"] = path.parent.name, info.get("method"), info.get("seed")
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+COMMITTED_STUDY = Path("results") / "study"
+"""The study's committed runs (runs/) and report (summary.json), relative to the repository."""
+
+
+@dataclass(frozen=True)
+class CommittedRuns:
+    """What notebook 04 reads and writes instead when the runs folder asked for does not exist (a fresh clone):
+    the study's committed runs with the study's order and title; figures and summary go to `out_dir` (ignored by
+    git), so the committed results stay as they are."""
+
+    asked: str
+    """The runs folder asked for, which does not exist."""
+    runs_dir: Path
+    order: list[str]
+    title: str
+    out_dir: str = "runs/committed_study"
+    prefix: str = "study_"
+
+    @property
+    def note(self) -> str:
+        """The one line notebook 04 prints."""
+        return (f"{self.asked} does not exist yet (notebook 03 makes it): reading the committed study runs in "
+                f"{self.runs_dir} instead; figures and summary go to {self.out_dir}/")
+
+
+def has_runs(runs_dir: str | Path) -> bool:
+    """Whether the folder holds at least one evaluated model (a */heldout.json)."""
+    return any(Path(runs_dir).glob("*/heldout.json"))
+
+
+def committed_runs(runs_dir: str | Path, repository: str | Path = REPOSITORY) -> CommittedRuns | None:
+    """None when the folder `runs_dir` exists (or the repository has no committed study to fall back to, as an
+    installed wheel); else the committed study's runs, order and title (from its summary.json), for notebook 04 to
+    open on its own in a fresh clone, before notebook 03 has made its runs folder. A folder that exists is read as
+    it is: a job whose notebook 03 made no run fails with that message instead of reporting other runs."""
+    study = Path(repository) / COMMITTED_STUDY
+    if Path(runs_dir).exists() or not has_runs(study / "runs") or not (study / "summary.json").exists():
+        return None
+    settings = json.loads((study / "summary.json").read_text(encoding="utf-8")).get("report") or {}
+    runs = study / "runs"
+    shown = runs.relative_to(Path.cwd()) if runs.is_relative_to(Path.cwd()) else runs
+    return CommittedRuns(str(runs_dir), shown, list(settings.get("order") or ["base", "grpo", "fspo"]),
+                         settings.get("title") or "Study: held-out results")
+
+
+def run_row(record: dict) -> dict:
+    """A finished run (or the base model) in one short row, for notebook 03's table instead of its whole record:
+    method, seed, held-out accuracy and step hallucination in % (of the short-QA benchmark it was evaluated on)
+    and the minutes it took."""
+    metrics = record.get("metrics") or {}
+    qa = next((b for b in ("kbqa", "multihop") if f"{b}.correct" in metrics), "kbqa")
+
+    def percent(key: str) -> float:
+        value = metrics.get(f"{qa}.{key}")
+        return round(100 * value, 1) if isinstance(value, (int, float)) and not math.isnan(value) else math.nan
+
+    return {"method": record.get("method", "base"), "seed": record.get("seed"), "accuracy %": percent("correct"),
+            "step hallucination %": percent("step_hallucination_rate"), "minutes": record.get("minutes")}
 
 
 # ---- aggregation -------------------------------------------------------------------------------

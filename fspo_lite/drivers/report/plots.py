@@ -1,5 +1,7 @@
 """The report's figures: training curves, accuracy against hallucination, the decomposition, a flipped
-response, the study's forest plot and step hallucination per judge. They only draw what they are given.
+response, the study's forest plot and step hallucination per judge. They only draw what they are given, and a
+figure with nothing to show (no point, empty axes, a curve of one step) is not drawn: its function returns None and
+saves nothing, and a `*_not_drawn` check says why in one line (summary.md lists those figures).
 """
 
 from __future__ import annotations
@@ -60,9 +62,58 @@ def grouped_bars(ax, groups: Sequence[str], methods: Sequence[str], bar) -> None
     ax.set_xticklabels(groups)
 
 
+# ---- a figure with nothing to show is not drawn: each check says why, in one line --------------------------
+def curves_not_drawn(training: pd.DataFrame) -> str | None:
+    """Why the training curves would show nothing (None: they show something): no run logged a step, or every
+    run logged a single one (a curve of one point is a dot)."""
+    if training.empty or "step" not in training:
+        return "no run logged a training step"
+    if training.groupby("method")["step"].nunique().max() < 2:
+        return "every run logged a single training step, so there is no curve to draw"
+    return None
+
+
+def scatter_not_drawn(heldout: pd.DataFrame) -> str | None:
+    """Why accuracy against step hallucination would have no point: no model has both numbers (a judge that
+    checked no reasoning sentence gives no hallucination rate)."""
+    both = heldout[["accuracy", "step_hallucination"]].dropna() if {"accuracy", "step_hallucination"} <= set(
+        heldout) else pd.DataFrame()
+    return None if len(both) else "no model has a step-hallucination rate: the judge checked no reasoning sentence"
+
+
+def judges_not_drawn(methods_table: pd.DataFrame, judges: Sequence[str]) -> str | None:
+    """Why the per-judge figures (step hallucination by judge, supported against unsupported) would show nothing:
+    no judge, or no judge found a checkable reasoning sentence in any response."""
+    if not judges or methods_table.empty:
+        return "no held-out judge labelled any reasoning sentence"
+    counts = methods_table[methods_table["metric"].isin([f"checkable_per_response@{j}" for j in judges])]["mean"]
+    if not (counts.fillna(0) > 0).any():
+        return "no held-out judge found a checkable reasoning sentence in any response"
+    return None
+
+
+def mass_not_drawn(training: pd.DataFrame) -> str | None:
+    """Why the advantage mass would be empty axes: the runs did not log it, or every advantage was zero (no group
+    had a spread of rewards, so there was no gradient to share out)."""
+    columns = [f"adv_abs_share/{region}" for region in REGIONS if f"adv_abs_share/{region}" in training]
+    if not columns:
+        return "the runs did not log where their advantage went"
+    if not (training[columns].fillna(0) > 0).any().any():
+        return "every advantage was zero: no group of responses had a spread of rewards"
+    return None
+
+
+def figures_not_drawn(heldout: pd.DataFrame, training: pd.DataFrame, prefix: str = "") -> dict[str, str]:
+    """{<prefix>name.png: why} for notebook 04's own figures that would show nothing (summary.md lists them)."""
+    reasons = {"training_curves": curves_not_drawn(training), "accuracy_vs_hallucination": scatter_not_drawn(heldout)}
+    return {f"{prefix}{name}.png": why for name, why in reasons.items() if why}
+
+
 def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None, order: Sequence[str] | None = None):
     """Six panels (reward, accuracy, step factuality, flipped share, KL, length) per step: mean over seeds,
-    shaded between the lowest and highest seed."""
+    shaded between the lowest and highest seed. None, nothing drawn, when there is no curve (`curves_not_drawn`)."""
+    if curves_not_drawn(training):
+        return None
     plt = pyplot()
     fig, axes = plt.subplots(2, 3, figsize=(13, 6.5))
     methods = method_order(training, order)
@@ -91,7 +142,9 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
 def plot_accuracy_vs_hallucination(heldout: pd.DataFrame, path: str | Path | None = None,
                                    order: Sequence[str] | None = None):
     """Held-out accuracy against step-level hallucination: each seed as a dot, the method mean as a marker
-    with bars spanning the seeds."""
+    with bars spanning the seeds. None, nothing drawn, when no model has both numbers (`scatter_not_drawn`)."""
+    if scatter_not_drawn(heldout):
+        return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     methods = method_order(heldout, order)
@@ -206,7 +259,10 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
 
 def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | Path | None = None,
                 order: Sequence[str] | None = None):
-    """Step hallucination per judge and method (mean over seeds with its interval), one group of bars per judge."""
+    """Step hallucination per judge and method (mean over seeds with its interval), one group of bars per judge.
+    None, nothing drawn, when no judge checked a sentence (`judges_not_drawn`)."""
+    if judges_not_drawn(methods_table, judges):
+        return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(judges), 4))
 
@@ -226,7 +282,10 @@ def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | 
 def plot_supported_unsupported(methods_table: pd.DataFrame, judges: Sequence[str], path: str | Path | None = None,
                                order: Sequence[str] | None = None):
     """Supported against unsupported reasoning sentences per response, one panel per judge: each method's mean over
-    seeds with its interval on both axes. Up and to the left is "more right"; down and to the left is "says less"."""
+    seeds with its interval on both axes. Up and to the left is "more right"; down and to the left is "says less".
+    None, nothing drawn, when no judge checked a sentence (`judges_not_drawn`)."""
+    if judges_not_drawn(methods_table, judges):
+        return None
     plt = pyplot()
     methods = method_order(methods_table, order)
     fig, axes = plt.subplots(1, max(len(judges), 1), figsize=(4.2 * max(len(judges), 1), 4), squeeze=False)
@@ -250,7 +309,10 @@ def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, 
     """Where the gradient goes, per method (mean over steps and seeds of the trainer's `adv_abs_share/<region>` and
     `adv_signed_share/<region>`): left, the share of sum |A| on each region (stacked to 1); right, the net push
     sum A / sum |A| on each region (bars: the lowest and highest seed). The regions are
-    fspo_lite.scoring.advantage_mass.REGIONS, the names the trainer logs."""
+    fspo_lite.scoring.advantage_mass.REGIONS, the names the trainer logs. None, nothing drawn, when there is no
+    mass to share out (`mass_not_drawn`)."""
+    if mass_not_drawn(training):
+        return None
     plt = pyplot()
     methods = method_order(training, order) if f"adv_abs_share/{REGIONS[0]}" in training else []
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))

@@ -169,7 +169,7 @@ def questions_of(stats: dict) -> dict | None:
 
 def summary_document(summary: dict, audit: dict | None = None) -> str:
     """The whole summary.md from summary.json's content (and the audit's): title, verdict, the per-method tables,
-    the statistics sections, the wall time and the benchmark data."""
+    the statistics sections, the figures not drawn, the wall time and the benchmark data."""
     settings = report_settings(summary)
     title = SMOKE_TITLE if settings["smoke"] else settings["title"]
     table = pd.DataFrame.from_dict(summary.get("methods") or {}, orient="index").astype(float, errors="ignore")
@@ -192,6 +192,8 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
         lines.append(study.split("\n", 2)[2])
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]
+    lines += not_drawn_markdown({**(summary.get("figures_not_drawn") or {}), **((stats or {}).get("figures_not_drawn")
+                                                                                 or {})})
     job = summary.get("job")
     if job:
         lines += [f"## Wall time (profile `{job['profile']}`)", "", "| notebook | seconds |", "|---|---|"]
@@ -202,6 +204,15 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
         if job.get("benchmark_data"):
             lines += ["Benchmark data: " + "; ".join(f"{k}: {v}" for k, v in job["benchmark_data"].items()), ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def not_drawn_markdown(not_drawn: dict[str, str]) -> list[str]:
+    """summary.md's lines on the figures not drawn because they had nothing to show ({file name: why}); none when
+    every figure was drawn."""
+    if not not_drawn:
+        return []
+    return ["## Figures not drawn", "", "A figure with nothing to show is not drawn:", "",
+            *[f"- `{name}`: {why}." for name, why in not_drawn.items()], ""]
 
 
 def audit_summary(audit: dict) -> str:

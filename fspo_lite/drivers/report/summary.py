@@ -18,7 +18,8 @@ from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, l
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
                                                more_right_check)
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
-from fspo_lite.drivers.report.plots import plot_advantage_mass, plot_forest, plot_judges, plot_supported_unsupported
+from fspo_lite.drivers.report.plots import (judges_not_drawn, mass_not_drawn, plot_advantage_mass, plot_forest, plot_judges,
+                                            plot_supported_unsupported)
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check,
                                             excludes_zero, format_interval, interval_side, judges_of, load_responses,
                                             matched_length, metric_cells, pair_differences, study_statistics,
@@ -300,8 +301,9 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
                  title: str | None = None) -> dict:
     """Everything above from a runs folder: the tables, <results_dir>/summary.md (when a results_dir is given) and
     summary.json's "statistics" part (returned), <figures_dir>/<prefix>paired_differences.png and
-    <prefix>step_hallucination_by_judge.png, <prefix>supported_vs_unsupported.png and, for runs that logged it,
-    <prefix>advantage_mass.png. `settings` and `title` go to the markdown (`study_markdown`)."""
+    <prefix>step_hallucination_by_judge.png, <prefix>supported_vs_unsupported.png and <prefix>advantage_mass.png,
+    each when it has something to show (else "figures_not_drawn" says why). `settings` and `title` go to the
+    markdown (`study_markdown`)."""
     boot = asdict(bootstrap)  # n_resamples, seed, level: the keywords of the statistics functions
     responses = load_responses(study.runs_dir, study.qa)
     judges = judges_of(responses)
@@ -320,19 +322,28 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
                           bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions,
                           controls=controls)
-    figures = {}
+    figures, not_drawn = {}, {}
 
-    def figure(name: str) -> str:
-        figures[name] = str(Path(study.figures_dir) / f"{study.prefix}{name}.png")
-        return figures[name]
+    def path(name: str) -> Path:
+        return Path(study.figures_dir) / f"{study.prefix}{name}.png"
+
+    def record(name: str, drawn, why: str | None = None) -> None:
+        """The figure's path when it was drawn, else why it was not (when there is a reason to give)."""
+        if drawn is not None:
+            figures[name] = str(path(name))
+        elif why:
+            not_drawn[path(name).name] = why
 
     if len(tables["differences"]):
-        plot_paired_differences(tables["differences"], matched, judges, figure("paired_differences"), bootstrap.level)
-    if judges:
-        plot_judges(tables["methods"], judges, figure("step_hallucination_by_judge"), study.order)
-        plot_supported_unsupported(tables["methods"], judges, figure("supported_vs_unsupported"), study.order)
-    if "adv_abs_share/supported" in training:  # runs trained since the trainer logs the advantage mass
-        plot_advantage_mass(training, figure("advantage_mass"), study.order)
+        record("paired_differences", plot_paired_differences(tables["differences"], matched, judges,
+                                                             path("paired_differences"), bootstrap.level))
+    why = judges_not_drawn(tables["methods"], judges)
+    record("step_hallucination_by_judge", plot_judges(tables["methods"], judges, path("step_hallucination_by_judge"),
+                                                      study.order), why)
+    record("supported_vs_unsupported", plot_supported_unsupported(tables["methods"], judges,
+                                                                  path("supported_vs_unsupported"), study.order), why)
+    record("advantage_mass", plot_advantage_mass(training, path("advantage_mass"), study.order),
+           mass_not_drawn(training))
     if study.results_dir is not None:
         Path(study.results_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(study.results_dir) / "summary.md", text)
@@ -343,7 +354,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
             "caution_goal": json.loads(goal.to_json(orient="records")),
             "detail_arm": json.loads(detail.to_json(orient="records")),
             "questions": {**questions, "pairs": json.loads(questions["pairs"].to_json(orient="records"))}
-            if questions else {}, "controls": controls, "figures": figures}
+            if questions else {}, "controls": controls, "figures": figures, "figures_not_drawn": not_drawn}
 
 
 def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judges: Sequence[str],

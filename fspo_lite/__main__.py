@@ -220,12 +220,9 @@ def cmd_data_prepare(args) -> int:
 
 
 def cmd_lite(args) -> int:
-    from pathlib import Path
-
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (ROOT, check_profile, job_folders, load_profile, next_steps,
-                                              override_parameters, results_folder, run_profile,
-                                              with_training_overrides)
+    from fspo_lite.drivers.experiment import (ROOT, check_profile, closing_lines, job_folders, load_profile,
+                                              override_parameters, run_profile, with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
     # training runs (notebook 03's `overrides`)
@@ -236,14 +233,7 @@ def cmd_lite(args) -> int:
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
     with command_lock(job_folders(profile, args.out), "choose another --out", _command_line()):
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
-    out = (ROOT / (args.out or profile.out)).resolve()
-
-    def shown(path: Path) -> Path:
-        return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-
-    print(f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in "
-          f"{shown(results_folder(profile, out))}/summary.md")
-    print(*next_steps(profile, out, shown), sep="\n")
+    print(*closing_lines(profile, (ROOT / (args.out or profile.out)).resolve(), summary), sep="\n")
     return 0
 
 

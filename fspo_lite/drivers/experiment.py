@@ -330,9 +330,21 @@ def flip_figure(profile: Profile, out: Path) -> Path | None:
     return (ROOT / folder / f"{report[-1].get('prefix', 'lite_')}flip_example.png").resolve()
 
 
-def next_steps(profile: Profile, out: Path, shown=lambda path: path) -> list[str]:
-    """What the lite command prints after its last line: where the flip figure is and where to go next (`shown`
-    turns a path into the one printed)."""
+def shown(path: Path) -> Path:
+    """A path as the console shows it: relative to the current folder when it lies below it."""
+    return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+
+
+def closing_lines(profile: Profile, out: Path, summary: dict[str, Any]) -> list[str]:
+    """What the lite command prints at the end: the wall time and where the summary is, where the flip figure is,
+    and where to go next."""
+    lines = [f"profile {profile.name}: {summary['job']['total_seconds'] / 60:.1f} min; results in "
+             f"{shown(results_folder(profile, out))}/summary.md"]
+    return lines + next_steps(profile, out)
+
+
+def next_steps(profile: Profile, out: Path) -> list[str]:
+    """Where the flip figure is and where to go next."""
     figure = flip_figure(profile, out)
     lines = [f"the flip (token advantages under GRPO and FSPO): {shown(figure)}"] if figure else []
     if profile.name == "quick":

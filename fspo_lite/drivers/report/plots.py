@@ -86,7 +86,9 @@ def judges_not_drawn(methods_table: pd.DataFrame, judges: Sequence[str]) -> str 
     no judge, or no judge found a checkable reasoning sentence in any response."""
     if not judges or methods_table.empty:
         return "no held-out judge labelled any reasoning sentence"
-    counts = methods_table[methods_table["metric"].isin([f"checkable_per_response@{j}" for j in judges])]["mean"]
+    kinds = ("checkable", "supported", "unsupported")
+    names = [f"{kind}_per_response@{judge}" for judge in judges for kind in kinds]
+    counts = methods_table[methods_table["metric"].isin(names)]["mean"]
     if not (counts.fillna(0) > 0).any():
         return "no held-out judge found a checkable reasoning sentence in any response"
     return None

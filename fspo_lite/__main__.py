@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from fspo_lite.run_lock import command_lock
@@ -17,7 +18,6 @@ def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def describe(trainer) -> str:
     """The run in one line: model, trainable and total parameters, training questions, method."""
     from fspo_lite.models.policy import trainable_parameter_count
-
     trainable, total = trainable_parameter_count(trainer.model)
     return (f"{trainer.config.model.name}: {trainable:,} trainable of {total:,} parameters; "
             f"{len(trainer.examples)} training questions; method {trainer.config.reward.method}")
@@ -44,7 +44,6 @@ def cmd_train(args) -> int:
 def _command_line() -> str:
     """The command as typed, recorded next to the results it produced."""
     import shlex
-
     return "python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:])
 
 
@@ -52,7 +51,6 @@ def _portable_argument(argument: str) -> str:
     """An argument with its path (whole, or the VALUE of KEY=VALUE) made portable (fspo_lite.data.examples.portable_spec):
     recorded commands must run from any checkout's root, so they hold no absolute paths into this one."""
     from fspo_lite.data.examples import portable_spec
-
     key, equals, value = argument.partition("=")
     if equals and not key.startswith(("/", "~")):
         return f"{key}={portable_spec(value)}"
@@ -158,38 +156,6 @@ def cmd_verifiers_calibrate(args) -> int:
     return calibrate_command(load_config(args.config, args.overrides), args.verifiers.split(","), args.train_limit)
 
 
-def cmd_audit_sample(args) -> int:
-    from fspo_lite.drivers.audit import sample_command
-
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    try:
-        items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
-                                    args.benchmark, args.overwrite_labels)
-    except ValueError as error:
-        print(f"fspo_lite: error: audit sample: {error}", file=sys.stderr)
-        return 2
-    print(f"{args.n} sentences ({args.n // max(len(methods), 1)} per method) to label: {items}\n"
-          f"key (keep it closed until every item is labeled): {key}")
-    return 0
-
-
-def cmd_audit_score(args) -> int:
-    import json
-
-    from fspo_lite.drivers.audit import audit_markdown, score_command
-
-    try:
-        result = score_command(args.items, args.key, args.resamples, args.seed)
-    except ValueError as error:
-        print(f"fspo_lite: error: audit score: {error}", file=sys.stderr)
-        return 2
-    print(audit_markdown(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1)
-    return 0
-
-
 def cmd_data_list(args) -> int:
     from fspo_lite.data.files import DATA_ENV, DATA_FILES, data_dir, local_path
 
@@ -239,6 +205,7 @@ def cmd_lite(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from fspo_lite.drivers.cli_help import error_line, parse_documented, program_name
+    from fspo_lite.drivers.audit import cmd_audit_sample, cmd_audit_score
     from fspo_lite.drivers.environment import cmd_env
     from fspo_lite.drivers.listing import KINDS, cmd_list
     parser = argparse.ArgumentParser(prog=program_name(), description=__doc__)
@@ -385,10 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     if debug:
         return args.run(args)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         print("fspo_lite: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`fspo-lite list methods | head`): stop quietly, as `ls | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as error:  # one line per error; --debug shows the traceback
         print(error_line(error), file=sys.stderr)
         return 1

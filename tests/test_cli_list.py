@@ -30,3 +30,20 @@ def test_an_unknown_list_is_refused(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["list", "models"])
     assert stop.value.code == 2 and "invalid choice: 'models'" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_is_not_an_error():
+    """`fspo-lite list methods | head -1`: the reader leaves before the output is written; the command stops quietly
+    with the shell's code for a closed pipe, no error line (before: `fspo_lite: error: BrokenPipeError`)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        done = subprocess.run([sys.executable, "-m", "fspo_lite", "list", "methods"], stdout=write,
+                              stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == ""

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Sequence
 
-from fspo_lite.atomic import atomic_write_json
+from fspo_lite.atomic import atomic_write_json, atomic_write_text
 from fspo_lite.data.labeling import LABEL_VALUES, SentenceItem, load_items, save_items
 from fspo_lite.drivers.report.study import judge_labels
 from fspo_lite.jsonl import read_jsonl
@@ -212,3 +213,30 @@ def score_command(items_path: str, key_path: str, n_resamples: int, seed: int) -
     items = load_items(items_path)
     key = json.loads(Path(key_path).read_text())
     return score_audit(items, key["items"], key["methods"], n_resamples, seed)
+
+
+def cmd_audit_sample(args) -> int:
+    """`fspo-lite audit sample`: draw, blind and write; one line and exit code 2 on a refusal."""
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    try:
+        items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
+                                    args.benchmark, args.overwrite_labels)
+    except ValueError as error:
+        print(f"fspo_lite: error: audit sample: {error}", file=sys.stderr)
+        return 2
+    print(f"{args.n} sentences ({args.n // max(len(methods), 1)} per method) to label: {items}\n"
+          f"key (keep it closed until every item is labeled): {key}")
+    return 0
+
+
+def cmd_audit_score(args) -> int:
+    """`fspo-lite audit score`: unblind, score and print (and write --json); one line and exit code 2 on a refusal."""
+    try:
+        result = score_command(args.items, args.key, args.resamples, args.seed)
+    except ValueError as error:
+        print(f"fspo_lite: error: audit score: {error}", file=sys.stderr)
+        return 2
+    print(audit_markdown(result))
+    if args.json:  # through a temporary file: a crash leaves the old file or the new one
+        atomic_write_text(Path(args.json), json.dumps(result, indent=1))
+    return 0

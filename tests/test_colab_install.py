@@ -7,7 +7,8 @@ throwaway git repository. The install cell, taken from a committed notebook, run
   throwaway folder on the process's path: the dependencies are the test environment's own.
 Only the cell's two parameters (SOURCE, EXTRAS) are set, as a user would, and its `/content` is a temporary folder.
 Then `import fspo_lite` must come from the wheel, the clone or the folder, and the bundled data must resolve there.
-Resolving the dependencies from PyPI is checked apart, by the `slow` tests at the end (pip's resolver, dry run).
+Resolving the dependencies from PyPI is checked apart, by the `pypi` tests at the end (pip's resolver, dry run;
+`make test-install`, which continuous integration runs beside `make test`).
 """
 
 import json
@@ -279,7 +280,7 @@ def resolve(tmp_path, chosen: str) -> dict:
             for item in json.loads(report.read_text())["install"]}
 
 
-@pytest.mark.slow
+@pytest.mark.pypi
 def test_the_default_colab_command_keeps_the_installed_torch(tmp_path):
     """With EXTRAS empty (every notebook's default) pip's resolver keeps the torch already there: fspo-lite's own
     `torch>=2.4` accepts Colab's. Runs on Python 3.12 when one is found (Colab's version), else on the current Python
@@ -289,7 +290,7 @@ def test_the_default_colab_command_keeps_the_installed_torch(tmp_path):
     assert "torch" not in install, f"the resolver would replace the installed torch with {install['torch']}"
 
 
-@pytest.mark.slow
+@pytest.mark.pypi
 def test_the_gpu_colab_command_installs_the_tested_set(tmp_path):
     """With EXTRAS="gpu" the resolver takes requirements/gpu-constraints.txt: vllm, torch (which replaces the
     installed one: vllm pins it) and transformers at the versions tested together."""

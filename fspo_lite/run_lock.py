@@ -123,7 +123,7 @@ def holder_record(command: str | None = None) -> dict:
 
 
 def describe_holder(record: dict | None) -> str:
-    """'pid 123 on host h (`python -m fspo_lite train ...`, started 2025-01-01 10:00:00 UTC)' or a placeholder."""
+    """'pid 123 on host h (`python -m fspo_lite train ...`, started YYYY-MM-DD HH:MM:SS UTC)' or a placeholder."""
     if not record:
         return "a process that has not written its record yet"
     return (f"pid {record.get('pid')} on {record.get('host')} (`{record.get('command')}`, started "

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.drivers.report.arms import pair_row
 from fspo_lite.drivers.report.study import format_interval, interval_side, pair_differences
 
 CONTROLS = ("random", "format")
@@ -51,11 +52,6 @@ def classify_reading(control_move: str, fspo_move: str, fspo_minus_control: str)
     return "cannot tell"
 
 
-def _row(table: pd.DataFrame, metric: str, method: str, baseline: str):
-    rows = table[(table["metric"] == metric) & (table["method"] == method) & (table["baseline"] == baseline)]
-    return None if rows.empty else rows.iloc[0]
-
-
 def control_check(cells: pd.DataFrame, judges: Sequence[str], control: str, reference: str = REFERENCE,
                   base: str = BASE, **boot) -> dict:
     """Question (a) for one control: per reading, C - base, FSPO - base and FSPO - C with their intervals, the
@@ -69,7 +65,7 @@ def control_check(cells: pd.DataFrame, judges: Sequence[str], control: str, refe
                        pair_differences(cells, metrics, reference, control, **boot)], ignore_index=True)
     rows = []
     for metric in metrics:
-        c, f, fc = (_row(table, metric, *pair) for pair in
+        c, f, fc = (pair_row(table, metric, *pair) for pair in
                     ((control, base), (reference, base), (reference, control)))
         if c is None or f is None or fc is None:
             continue
@@ -93,8 +89,8 @@ def more_right_check(differences: pd.DataFrame, matched: pd.DataFrame, judges: S
         for judge in judges:
             if judge == trained_against.get(arm):
                 continue
-            rate = _row(differences, f"step_hallucination@{judge}", arm, "grpo")
-            supported = _row(differences, f"supported_per_response@{judge}", arm, "grpo")
+            rate = pair_row(differences, f"step_hallucination@{judge}", arm, "grpo")
+            supported = pair_row(differences, f"supported_per_response@{judge}", arm, "grpo")
             if rate is None or supported is None:
                 continue
             same_length = matched[(matched["judge"] == judge) & (matched["method"] == arm)] if len(matched) else matched
@@ -162,11 +158,11 @@ def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[st
         for arm in arms:
             if (rate, arm) not in cell.index:
                 continue
-            accuracy = shown("accuracy", _row(diff, "accuracy", arm, baseline))
+            accuracy = shown("accuracy", pair_row(diff, "accuracy", arm, baseline))
             lines.append(f"| {arm} | {value('accuracy', arm)} | {accuracy} | "
-                         f"{value(rate, arm)} | {shown(rate, _row(diff, rate, arm, baseline))} | "
+                         f"{value(rate, arm)} | {shown(rate, pair_row(diff, rate, arm, baseline))} | "
                          f"{shown(rate, matched_row(judge, arm))} | {value(supported, arm)} | "
-                         f"{shown(supported, _row(diff, supported, arm, baseline))} |")
+                         f"{shown(supported, pair_row(diff, supported, arm, baseline))} |")
     return lines
 
 

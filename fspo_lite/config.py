@@ -132,11 +132,11 @@ class RolloutConfig:
     kept for the run; a LoRA adapter then stays unmerged, its two small products beside the packed one
     (merge_lora_for_generation is not used). null (default): on for Intel CPUs, off for the others, as measured on 2
     cores: on a Xeon the decoding products took 0.56-0.90x their time at 4-16 rows, on an AMD EPYC (Zen 5)
-    1.12-1.38x at 8-32 rows (`bench/packed_linear.py`, docs/performance.md); true or false force it. The logits
-    move in their last bits (MKL sums some products in another order), so a seed can draw other tokens than with
-    false, which gives the model's own logits bit for bit. Costs one packed copy of the float32 weights for as long as the
-    engine lives (0.54 GB for SmolLM2-135M); ignored elsewhere (GPU, bfloat16, 4-bit, no MKL, other architectures
-    than Llama, Mistral and Qwen2)."""
+    1.12-1.38x at 8-32 rows (`bench/packed_linear.py` at d0845cc, docs/performance.md); true or false force it. The
+    logits move in their last bits (MKL sums some products in another order), so a seed can draw other tokens than
+    with false, which gives the model's own logits bit for bit. Costs one packed copy of the float32 weights for as
+    long as the engine lives (0.54 GB for SmolLM2-135M); ignored elsewhere (GPU, bfloat16, 4-bit, no MKL, other
+    architectures than Llama, Mistral and Qwen2)."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take (weights + KV cache); the trainer gets the rest."""
     vllm_enable_sleep_mode: bool = False

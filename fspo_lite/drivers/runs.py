@@ -340,8 +340,8 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
 
     workers=1 runs them one after the other in this process. workers=N > 1 runs them in N worker processes
     (spawned), each with 1/N of this process's torch threads: on a CPU, a 135M model's batched decoding keeps
-    two threads only partly busy (bench/study_time.py --workers), so two one-thread runs side by side finish
-    sooner than two two-thread runs in a row. Each run seeds itself (trainer and evaluation), so where it runs
+    two threads only partly busy (bench/study_time.py --workers at d0845cc), so two one-thread runs side by side
+    finish sooner than two two-thread runs in a row. Each run seeds itself (trainer and evaluation), so where it runs
     does not change its numbers. `on_finish(record)` is called in this process as each run ends (in finishing
     order); the list returned is in (method, seed) order, and each run's status and minutes are written to
     <runs_dir>/last_invocation.json (`write_invocation`). A run that fails raises here, naming the run; the runs

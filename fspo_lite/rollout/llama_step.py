@@ -6,7 +6,7 @@ runs the same operators in the same order on the same tensors (RMSNorm in float3
 model's own rotary module, scaled-dot-product attention called as transformers' "sdpa" path calls it for one
 query token, SiLU MLP, final norm, output layer on the last position), so the logits are the same numbers, and it
 skips the rest. On a 2-core Xeon (2026-11-26) the benchmark's rollout (16 rows x 64 tokens of SmolLM2-135M) took
-0.92x the wall time with the same answers (`python bench/prompt_prefix.py --setting fast_steps ...`,
+0.92x the wall time with the same answers (`bench/prompt_prefix.py --setting fast_steps` at d0845cc,
 docs/performance.md).
 
 `llama_step(model)` returns None (`decode` then calls the model itself) unless every condition it needs holds:
@@ -19,11 +19,12 @@ Qwen2 models, with and without padding, grouped and plain attention heads; `test
 With `WeightPacks` (rollout.packed_weights) its matrix products run on the model's frozen weights copied once,
 and kept from one `decode` call to the next, into the layout of MKL's own matrix kernel (`cblas_sgemm_pack`, through
 torch's `mkl::_mkl_linear`), which MKL reads faster at a decoding step's few rows than `F.linear`'s call
-(`bench/packed_linear.py`, docs/performance.md). A LoRA adapter is then not merged into copies of the weights before
-every rollout (`merged_lora_weights`): its two small products run beside the packed one (`Projection`). MKL sums
-some products in another order and the adapter's term is added apart, so the logits equal the model's up to float
-rounding instead of bit for bit (tested to 1e-5). `packing_applies(model)` says whether a model can decode so: float32
-weights on the CPU, a torch built with MKL (x86), plain LoRA adapters (no DoRA or other variant, no LoRA bias).
+(`bench/packed_linear.py` at d0845cc, docs/performance.md). A LoRA adapter is then not merged into copies of the
+weights before every rollout (`merged_lora_weights`): its two small products run beside the packed one
+(`Projection`). MKL sums some products in another order and the adapter's term is added apart, so the logits equal
+the model's up to float rounding instead of bit for bit (tested to 1e-5). `packing_applies(model)` says whether a
+model can decode so: float32 weights on the CPU, a torch built with MKL (x86), plain LoRA adapters (no DoRA or other
+variant, no LoRA bias).
 """
 
 from __future__ import annotations

@@ -11,17 +11,17 @@ on the verdicts -> the FSPO sentence mask, when the plan flips. The plan says, f
 - the additive terms on top of the source's reward: the detail term (`detail`), the relevance term (`relevance`),
   both in fspo_lite.scoring.methods.detail, and FSPO's step reward (`step_reward_lambda`, 0 when off).
 
-`parse_method` takes reward.method apart (the grammar is `config.split_method`, the names are the METHODS table's);
-`check_names` refuses an unknown reward.method or verifier.name, registered with the config (`config.NAME_CHECKS`) so
-that load_config and Config(...) refuse them too; `check_settings` runs every check of a run's settings before any
-data or model loads.
+`parse_method` takes reward.method apart (the grammar is `config_checks.split_method`, the names are the METHODS
+table's); `check_names` refuses an unknown reward.method or verifier.name, registered with the config
+(`config_checks.NAME_CHECKS`) so that load_config and Config(...) refuse them too; `check_settings` runs every check
+of a run's settings before any data or model loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fspo_lite.config import NAME_CHECKS, ConfigError, check_training_settings, split_method, validate_config
+from fspo_lite.config_checks import NAME_CHECKS, ConfigError, check_training_settings, split_method, validate_config
 from fspo_lite.scoring.methods import METHODS, REWARD_METHODS
 from fspo_lite.scoring.verifiers import VERIFIERS
 
@@ -88,7 +88,7 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
 
 def check_names(config) -> None:
     """The names only this layer's tables hold: reward.method (methods.METHODS) and verifier.name (VERIFIERS);
-    ConfigError in one line listing the valid ones. Registered in config.NAME_CHECKS below, so that load_config,
+    ConfigError in one line listing the valid ones. Registered in config_checks.NAME_CHECKS below, so that load_config,
     Config(...) and validate_config refuse them as the CLI does, before any model loads."""
     try:
         parse_method(config.reward.method)

@@ -33,12 +33,14 @@ PACKAGE = "fspo_lite"
 LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere). The stages
     # are folders: data -> rollout -> scoring -> update, with logs below the update that writes them.
-    ("core: the config, the pure math and text functions, the process's memory allocator, the machine's CPU, JSON lines, "
+    ("core: the config, the pure math and text functions, memory given back, the machine's description, JSON lines, "
      "run-folder locks, atomic writes",
      ["config", "algos", "text", "stats", "memory", "machine", "jsonl", "run_lock", "atomic"]),
     ("data: examples, the data folder, the training set, prompts, gold labels", ["data"]),
-    ("models: the policy, its shared-prompt cache and log-probabilities", ["models"]),
-    ("rollout: prompts in, sampled completions out", ["rollout"]),
+    ("models: the policy and the reference log-prob pass", ["models"]),
+    ("rollout: prompts in, sampled completions out (the reference transformers engine)", ["rollout"]),
+    ("speed: the fast rollout engine and log-prob pass behind the two seams, and the factories that pick them",
+     ["speed"]),
     ("scoring: grading, verification, rewards, advantages", ["scoring"]),
     ("logs: a run's metrics and samples", ["logs"]),
     ("update: the training loop, checkpoints, processes, sharding", ["update"]),

@@ -99,44 +99,18 @@ class RolloutConfig:
     generation_batch_size: int = 64
     """Sequences generated at once (prompts x samples). The colocated vLLM engine takes it as max_num_seqs, which also
     bounds the batch sizes it captures CUDA graphs for (fewer graphs: a shorter start-up)."""
-    share_prompt_prefill: bool = True
-    """transformers engine: encode each distinct prompt once and copy its KV cache to its samples before
-    decoding (the same distribution; saves (G-1)/G of the prompt encoding). Not used with sharded weights (FSDP)
-    or the Unsloth backend."""
-    merge_lora_for_generation: bool = True
-    """transformers engine: generate with each LoRA adapter merged into a new copy of its weight matrices (one
-    product per projection instead of three; the base weights are never modified). Needs float base weights
-    (4-bit bases keep the adapter branch); not used with sharded weights (FSDP) or the Unsloth backend, nor where
-    packed_weights applies (the packed base weights are kept; the adapter's term is added beside them)."""
     use_sampler_logprobs: bool = False
     """train.ppo_epochs=1 only: take pi_old from the sampler's log-probs instead of the detached current policy, so
     the ratio pi_theta/pi_sampler corrects (and the clip bounds) the numeric gap between the sampler and the
-    trainer: vLLM's kernels, or the transformers engine's sampler_dtype copy (its decoding loop, drop_ended_rows,
-    returns the log-probs). With mu > 1 the trainer computes pi_old itself (see docs/gpu.md)."""
-    sampler_dtype: str = "policy"
-    """transformers engine: policy (sample with the policy's own weights) | bfloat16 (sample from a bfloat16 copy
-    of the policy, its trained weights copied in before every rollout). Meant for CPUs with bfloat16 matrix units
-    (Intel AMX); measured there: 0.82x float32's generation time at 16 rows, no faster at the lite job's 8 rows,
-    and 2.4x slower on AVX2-only CPUs (docs/performance.md). Needs use_sampler_logprobs=true, so that the ratio
-    corrects the copy's gap (0.036 nats on average for SmolLM2)."""
+    trainer: vLLM's kernels, or the transformers engine's speed.sampler_dtype copy (its decoding loops return the
+    log-probs). With mu > 1 the trainer computes pi_old itself (see docs/gpu.md)."""
     draw: str = "exponential_race"
-    """transformers engine's decoding loop (drop_ended_rows): how each token is drawn from the processed
+    """transformers engine's decoding loops: how each token is drawn from the processed
     probabilities. exponential_race: the token with the largest p / E, E = -log U exponential numbers made from
     uniform ones; multinomial: torch.multinomial, the same race with exponential numbers from torch's own sampler,
     as transformers' generate draws, so that a seed gives generate's tokens. Both sample the same distribution, and
-    both keep a run's tokens when the probabilities move in their last bits (another CPU); for 16 rows of SmolLM2's
-    49,152-token vocabulary a draw takes about 4.6 ms against 18 ms (docs/performance.md, "The token draw")."""
-    packed_weights: bool | None = None
-    """transformers engine's decoding loop (drop_ended_rows), float32 weights on the CPU, a torch built with MKL
-    (x86): run the decoding steps' matrix products on a copy of the weights packed once into MKL's own layout and
-    kept for the run; a LoRA adapter then stays unmerged, its two small products beside the packed one
-    (merge_lora_for_generation is not used). null (default): on for Intel CPUs, off for the others, as measured on 2
-    cores: on a Xeon the decoding products took 0.56-0.90x their time at 4-16 rows, on an AMD EPYC (Zen 5)
-    1.12-1.38x at 8-32 rows (`bench/packed_linear.py`, docs/performance.md); true or false force it. The logits
-    move in their last bits (MKL sums some products in another order), so a seed can draw other tokens than with
-    false, which gives the model's own logits bit for bit. Costs one packed copy of the float32 weights for as long as the
-    engine lives (0.54 GB for SmolLM2-135M); ignored elsewhere (GPU, bfloat16, 4-bit, no MKL, other architectures
-    than Llama, Mistral and Qwen2)."""
+    both keep a run's tokens when the probabilities move in their last bits (another CPU); multinomial is the slower
+    (docs/performance.md, "The token draw")."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory the colocated vLLM engine may take (weights + KV cache); the trainer gets the rest."""
     vllm_enable_sleep_mode: bool = False
@@ -149,18 +123,6 @@ class RolloutConfig:
     vllm_server_timeout: float = 600.0
     """Seconds one request to the server may take in all: connecting, the server's work and reading its whole answer
     (a server that sends a byte now and then is cut off too)."""
-    share_prompt_prefix: bool = True
-    """transformers engine, with share_prompt_prefill: encode the tokens that every prompt of a generation batch
-    starts with (system prompt, demonstrations) once, then each prompt's own rest (the same KV cache up to float
-    rounding; docs/performance.md). Used when that common start is at least 16 tokens."""
-    drop_ended_rows: bool = True
-    """transformers engine: decode with `fspo_lite.rollout.decoding.decode`, which takes a row out of the forward pass once
-    it has produced EOS (`model.generate` computes every row until the last one ends). With draw=multinomial and
-    packed_weights=false the tokens `generate` draws for the same seed (the random draws keep their places); about
-    0.7x the time of a 64-row sampled batch on the CPU (docs/performance.md). Not used with sharded weights (FSDP)
-    or the Unsloth backend."""
-
-
 @dataclass
 class RewardConfig:
     """How responses are scored and turned into advantages."""
@@ -368,33 +330,7 @@ class TrainConfig:
     """mu: passes over each batch of rollouts. 1 means pi_old = pi_theta (ratio 1)."""
     micro_batch_size: int = 8
     """Sequences per forward/backward; gradients accumulate over the step's batch. A multiple of
-    rollout.group_size lets share_prompt_pass encode each prompt once per micro-batch."""
-    share_prompt_pass: bool = True
-    """In the log-prob passes, run each distinct prompt once and let its G responses attend to the copied
-    keys/values (gradients flow through the copies: same update up to float rounding, less compute and
-    activation memory); the start all of the step's prompts share (system prompt, demonstrations) runs once per
-    update for every micro-batch, forward and backward. Used only with one process, without gradient
-    checkpointing and not with the Unsloth backend."""
-    group_by_length: bool = True
-    """Micro-batches take the step's responses longest first, and each runs only up to its own longest response:
-    the padding columns after it stay out of every log-prob pass. Same log-probs and update up to float rounding
-    (the gradient is summed in another order); about 0.7x the completion tokens of a study step. False: rollout
-    order, every micro-batch at the rollout's full width."""
-    fused_lora: bool = True
-    """In the log-prob passes, every plain LoRA projection (one adapter, no dropout or DoRA) runs as one autograd node
-    with its scale and sum folded into the matrix products (`fspo_lite.models.fused_lora`), instead of peft's extra
-    full-size multiply and add forwards and backwards. The same log-probs bit for bit, gradients to float rounding
-    (their terms are grouped otherwise); about 0.95x the update time on 2 CPU cores. Not
-    with model.backend=unsloth, which brings its own LoRA kernels."""
-    grouped_query_sdpa: bool = True
-    """On a CPU, the log-prob passes give grouped key/value heads to torch's attention kernel as they are, instead of
-    transformers' copies per query head (`fspo_lite.models.attention`): the same numbers, about 0.9x the update time
-    of SmolLM2-135M (3 key/value heads for 9 query heads). No effect on other devices or plain multi-head models."""
-    keep_freed_memory: bool = True
-    """On a CPU under Linux/glibc, malloc keeps freed memory for the next step instead of returning it to the OS and
-    faulting it in again page by page (`fspo_lite.memory`): no number changes, about 0.85x the update time on
-    2 cores; the process then holds its high-water mark of memory until it exits (a step script's peak RSS grew by
-    about 0.2 GB)."""
+    rollout.group_size lets speed.share_prompt_pass encode each prompt once per micro-batch."""
     max_grad_norm: float = 1.0
     seed: int = 0
     output_dir: str = "runs/default"
@@ -412,6 +348,37 @@ class TrainConfig:
     """Shard weights, gradients and optimizer state over the processes torchrun starts (torch FSDP2: every decoder
     layer plus the causal LM; gloo on CPUs, NCCL on GPUs), LoRA or full weights; resumable (docs/gpu.md). Rollouts
     come from the transformers engine: the vLLM engines are refused with it."""
+
+
+@dataclass
+class SpeedConfig:
+    """Work saved on some hardware, never a change of what is computed beyond float rounding (fspo_lite.speed;
+    each switch in docs/performance.md, "What each lever does")."""
+
+    mode: str = "auto"
+    """auto: each switch below as set | off: the reference rollout and log-prob passes everywhere, switches unread."""
+    share_prompt_prefill: bool = True
+    """Rollout: encode each distinct prompt once for its G samples."""
+    share_prompt_prefix: bool = True
+    """Rollout: encode the start every prompt of a batch shares once (at least 16 tokens)."""
+    merge_lora_for_generation: bool = True
+    """Rollout: sample with LoRA merged into new copies of the weights."""
+    drop_ended_rows: bool = True
+    """Rollout: fspo-lite's fast decoding loop (ended rows leave the pass); false: `model.generate`."""
+    packed_weights: bool | None = None
+    """Rollout: decode on float32 weights packed for MKL; null: on Intel CPUs only."""
+    sampler_dtype: str = "policy"
+    """Rollout: policy | bfloat16 (sample from a bfloat16 copy; needs rollout.use_sampler_logprobs)."""
+    share_prompt_pass: bool = True
+    """Update: each distinct prompt and the rollout's common prompt start run once in the log-prob passes."""
+    group_by_length: bool = True
+    """Update: micro-batches longest first, each cut to its longest response."""
+    fused_lora: bool = True
+    """Update: each plain LoRA projection as one autograd node."""
+    grouped_query_sdpa: bool = True
+    """Update, on a CPU: grouped key/value heads passed to torch's attention kernel as they are."""
+    keep_freed_memory: bool = True
+    """Update, on a CPU under glibc: malloc keeps freed memory for the next step."""
 
 
 @dataclass
@@ -473,6 +440,7 @@ class Config:
     filter: FilterConfig = field(default_factory=FilterConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
@@ -633,10 +601,20 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
+MOVED_KEYS = {f"{section}.{key}": f"speed.{key}" for section, keys in (
+    ("rollout", ("share_prompt_prefill", "share_prompt_prefix", "merge_lora_for_generation", "drop_ended_rows",
+                 "packed_weights", "sampler_dtype")),
+    ("train", ("share_prompt_pass", "group_by_length", "fused_lora", "grouped_query_sdpa", "keep_freed_memory")),
+) for key in keys}
+"""Keys that moved to another section: the old name is refused in one line that names the new one."""
+
+
 def _update(obj: Any, values: dict[str, Any], prefix: str) -> None:
     types = _field_types(type(obj))
     for key, value in values.items():
         where = f"{prefix}{key}"
+        if key not in types and where in MOVED_KEYS:
+            raise ConfigError(f"config key {where!r} is now {MOVED_KEYS[where]!r} (the speed section); rename it")
         if key not in types:
             raise ConfigError(f"unknown config key {_shown(where)}; valid keys here: {', '.join(sorted(types))}")
         current = getattr(obj, key)
@@ -863,7 +841,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.backend": ("transformers", "unsloth"),
     "rollout.engine": ("transformers", "vllm", "vllm-server"),
-    "rollout.sampler_dtype": ("policy", "bfloat16"),
+    "speed.mode": ("auto", "off"),
+    "speed.sampler_dtype": ("policy", "bfloat16"),
     "rollout.draw": ("exponential_race", "multinomial"),
     "reward.answer_metric": ("auto", "f1", "em"),
     "reward.claim_extractor": ("rules", "llm"),
@@ -955,15 +934,15 @@ def validate_config(config: Config) -> None:
            config.evaluation.samples, "1 unless evaluation.temperature > 0 (greedy answers would repeat)")
     if config.filter.band is not None:
         validate_band(config.filter.band, "filter.band")
-    rollout = config.rollout
-    if rollout.sampler_dtype != "policy":
+    rollout, sampler_dtype = config.rollout, config.speed.sampler_dtype
+    if sampler_dtype != "policy" and config.speed.mode != "off":
         for holds, valid in ((rollout.engine == "transformers", "policy unless rollout.engine is transformers"),
                              (rollout.use_sampler_logprobs, "policy unless rollout.use_sampler_logprobs=true (the "
                               "ratio to the copy's log-probs corrects its gap)"),
                              (config.train.ppo_epochs == 1, "policy unless train.ppo_epochs=1"),
                              (not config.model.load_in_4bit, "policy with model.load_in_4bit (a 4-bit base has no "
                               "bfloat16 copy)")):
-            _check(holds, "rollout.sampler_dtype", rollout.sampler_dtype, valid)
+            _check(holds, "speed.sampler_dtype", sampler_dtype, valid)
     _check(not rollout.use_sampler_logprobs or config.train.ppo_epochs == 1, "rollout.use_sampler_logprobs",
            rollout.use_sampler_logprobs, "false unless train.ppo_epochs=1 (with mu > 1 the trainer computes pi_old "
            "itself, for every engine)")

@@ -44,6 +44,16 @@ def test_a_key_moved_to_the_speed_section_is_refused_in_one_line_naming_its_new_
     assert getattr(config_from_dict({"speed": {key: False}}).speed, key) is False  # the new name is taken
 
 
+def test_speed_mode_off_as_yaml_reads_it(tmp_path):
+    path = tmp_path / "speed.yaml"
+    path.write_text("speed:\n  mode: off\n")  # YAML's false
+    assert load_config(path).speed.mode == "off"
+    assert load_config(None, ["speed.mode=off"]).speed.mode == "off"
+    assert load_config(None, ["speed.mode=auto"]).speed.mode == "auto"
+    with pytest.raises(ConfigError, match=r"speed.mode=True is out of range|speed.mode: expected a string"):
+        load_config(None, ["speed.mode=true"])
+
+
 @pytest.mark.parametrize(
     "values, message",
     [({"train": {"steps": "many"}}, "integer"), ({"train": {"steps": 2.5}}, "integer"),

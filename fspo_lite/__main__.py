@@ -59,7 +59,7 @@ def _portable_argument(argument: str) -> str:
 
 def parse_band(text: str) -> list[float]:
     """'0.2,0.8' -> [0.2, 0.8]; ConfigError for anything but two numbers 0 <= LOW <= HIGH <= 1."""
-    from fspo_lite.config import ConfigError, validate_band
+    from fspo_lite.config_checks import ConfigError, validate_band
 
     try:
         values = [float(x) for x in text.split(",")]
@@ -70,7 +70,8 @@ def parse_band(text: str) -> list[float]:
 
 
 def cmd_filter(args) -> int:
-    from fspo_lite.config import apply_shortcuts, load_config
+    from fspo_lite.config import load_config
+    from fspo_lite.config_load import apply_shortcuts
     from fspo_lite.drivers.filtering import plot_filter, run_filter
 
     band = parse_band(args.band) if args.band else None  # checked before the config, the model or any sampling
@@ -109,7 +110,8 @@ def cmd_sweep_prompts(args) -> int:
 
 def cmd_klcf_checklist(args) -> int:
     from fspo_lite.drivers.checklist import build_checklist_file
-    from fspo_lite.config import apply_shortcuts, load_config
+    from fspo_lite.config import load_config
+    from fspo_lite.config_load import apply_shortcuts
 
     config = apply_shortcuts(load_config(args.config, args.overrides), {"klcf.checklist_samples": args.samples})
     path, checklists = build_checklist_file(config, args.samples, args.output, command=_command_line())
@@ -120,7 +122,8 @@ def cmd_klcf_checklist(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from fspo_lite.config import apply_shortcuts, load_config
+    from fspo_lite.config import load_config
+    from fspo_lite.config_load import apply_shortcuts
     from fspo_lite.evaluation import evaluate
 
     shortcuts = {"model.name": args.model, "model.adapter_path": args.adapter, "evaluation.benchmarks": args.benchmarks,

@@ -241,9 +241,9 @@ _BRACKET_RUN = re.compile(r"\[([\d,\s\-]*)")
 _DIGIT_RUN = re.compile(r"\d+")
 MAX_REFERENCE_PARTITIONS = 100_000
 """pysbd's numbered-reference rule, (\\[(\\d{1,3},?\\s?-?\\s?)*\\b\\d{1,3}\\])+, backtracks over every way
-of cutting the digits after a '[' into groups of 1-3 (about 1.84^n for n digits: 3.7 s for 28
-digits, minutes for 34) and of giving each space to one of its two optional \\s? (2^n for n
-spaces). A bracket allowing more ways than this (about 15 ms of backtracking) is masked."""
+of cutting the digits after a '[' into groups of 1-3 (about 1.84^n for n digits) and of giving each
+space to one of its two optional \\s? (2^n for n spaces), so its time grows exponentially with the
+bracket. A bracket allowing more ways than this is masked (docs/reliability.md, "Sentence splitting")."""
 
 
 def _reference_partitions(run: str) -> int:

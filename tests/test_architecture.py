@@ -33,9 +33,10 @@ PACKAGE = "fspo_lite"
 LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere). The stages
     # are folders: data -> rollout -> scoring -> update, with logs below the update that writes them.
-    ("core: the config, the pure math and text functions, memory given back, the machine's description, JSON lines, "
-     "run-folder locks, atomic writes",
-     ["config", "algos", "text", "stats", "memory", "machine", "jsonl", "run_lock", "atomic"]),
+    ("core: the config (its schema, loading and checks), the pure math and text functions, memory given back, the "
+     "machine's description, JSON lines, run-folder locks, atomic writes",
+     ["config", "config_load", "config_checks", "algos", "text", "stats", "memory", "machine", "jsonl", "run_lock",
+      "atomic"]),
     ("data: examples, the data folder, the training set, prompts, gold labels", ["data"]),
     ("models: the policy and the reference log-prob pass", ["models"]),
     ("rollout: prompts in, sampled completions out (the reference transformers engine)", ["rollout"]),
@@ -50,9 +51,7 @@ LAYERS: list[tuple[str, list[str]]] = [
 """The architecture, one way from data to metrics ("" is the package's __init__, the public facade)."""
 
 MAX_LINES = 400
-OVER_LIMIT = {
-    "fspo_lite.config": "data table: one dataclass field per config key, each with its comment",
-}
+OVER_LIMIT: dict[str, str] = {}
 """Modules allowed over MAX_LINES, with the reason (a new module over the limit fails the test)."""
 
 

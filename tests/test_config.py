@@ -32,7 +32,8 @@ def test_unknown_key_lists_valid_keys():
                                       ("rollout.drop_ended_rows", "speed.drop_ended_rows"),
                                       ("train.keep_freed_memory", "speed.keep_freed_memory")])
 def test_a_key_moved_to_the_speed_section_is_refused_in_one_line_naming_its_new_name(old, new):
-    from fspo_lite.config import MOVED_KEYS, SpeedConfig
+    from fspo_lite.config import SpeedConfig
+    from fspo_lite.config_load import MOVED_KEYS
 
     section, key = old.split(".")
     for attempt in (lambda: config_from_dict({section: {key: True}}), lambda: apply_overrides(Config(), [f"{old}=true"]),

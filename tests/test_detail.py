@@ -87,8 +87,7 @@ def test_score_rollouts_adds_the_term_and_fspo_flips_on_top(smol_tokenizer):
     assert [v.labels for v in plain.verdicts] == [[1, 1], [1], [1, 1], [-1], []]
     assert plain.metrics["supported_per_response"] == pytest.approx(5 / 5)
     assert plain.metrics["unsupported_per_response"] == pytest.approx(1 / 5)
-    assert plain.metrics["duplicate_sentences_per_response"] == pytest.approx(1 / 5)
-    assert "detail_bonus_mean" not in plain.metrics
+    assert "detail_bonus_mean" not in plain.metrics and "duplicate_sentences_per_response" not in plain.metrics
 
     config.detail.weight = 0.2
     detailed = score_rollouts(examples, rollout, smol_tokenizer, config, LexicalVerifier())
@@ -96,6 +95,7 @@ def test_score_rollouts_adds_the_term_and_fspo_flips_on_top(smol_tokenizer):
     expected = [1 + 0.2 * ln3, 1 + 0.2 * ln2, 1 + 0.2 * ln2, 0.0, -2.0]  # the repeat counts once; bad format: no term
     assert detailed.rewards.tolist() == pytest.approx(expected)
     assert detailed.details[2]["supported_distinct"] == 1
+    assert detailed.metrics["duplicate_sentences_per_response"] == pytest.approx(1 / 5)
     assert detailed.metrics["detail_bonus_mean"] == pytest.approx((0.2 * ln3 + 0.4 * ln2) / 5)
     # the flip is unchanged: same mask, advantages from the new rewards
     assert torch.equal(detailed.sentence_mask, plain.sentence_mask)
@@ -168,3 +168,88 @@ def test_relevance_settings_are_checked():
     with pytest.raises(ConfigError, match="detail.relevance_judge"):
         load_config(None, {"detail.relevance_judge": "gpt"})
     assert build_reward_tools(load_config(None, {"detail.relevance_judge": "llm"})).relevance is None  # weight 0: off
+
+
+# ---- off, the terms cost nothing; on, their values are those from before that rule ------------------------------
+def _forbid(monkeypatch, *names):
+    """Make each "module:function" raise when called."""
+    import importlib
+
+    for name in names:
+        module, _, function = name.partition(":")
+
+        def refuse(*args, _name=name, **kwargs):
+            raise AssertionError(f"{_name} ran with the term off")
+
+        monkeypatch.setattr(importlib.import_module(module), function, refuse)
+
+
+DETAIL_CODE = ("fspo_lite.scoring.rewards:detail_terms", "fspo_lite.scoring.methods.detail:detail_counts",
+               "fspo_lite.scoring.methods.detail:detail_bonus", "fspo_lite.scoring.methods.detail:near_duplicate_flags",
+               "fspo_lite.text:near_duplicate_flags")
+RELEVANCE_CODE = ("fspo_lite.scoring.rewards:build_relevance_judge",
+                  "fspo_lite.scoring.methods.detail:build_chat_model")
+
+
+@pytest.mark.parametrize("method, expected", [
+    ("fspo", [1.0, 1.0, 1.0, 0.0, -2.0]),
+    ("grpo", [1.0, 1.0, 1.0, 0.0, -2.0]),
+    ("caution+fspo", [1.0, 1.0, 1.0, 0.0, -2.0]),
+    ("rlfh", [2.5446553230285645, 1.5356162786483765, 3.071232795715332, -0.6034610271453857, -2.0]),
+])
+def test_with_the_detail_term_off_no_detail_code_runs(smol_tokenizer, monkeypatch, method, expected):
+    """The plan has no detail or relevance term: no counts, no near-duplicate flags, no judge built or asked; the
+    rewards are the source's alone and the metrics have no detail keys."""
+    from fspo_lite.scoring.rewards import build_reward_tools
+
+    _forbid(monkeypatch, *DETAIL_CODE, *RELEVANCE_CODE)
+    rollout = _rollout(smol_tokenizer, TEXTS)
+    config = Config(reward={"method": method}, rollout={"group_size": 5}, detail={"relevance_judge": "llm"})
+    tools = build_reward_tools(config)
+    assert tools.relevance is None
+    scored = score_rollouts([EXAMPLE] * 5, rollout, smol_tokenizer, config, LexicalVerifier(), tools=tools)
+    assert scored.rewards.tolist() == pytest.approx(expected, abs=1e-6)
+    assert not {"detail_bonus_mean", "duplicate_sentences_per_response", "relevance_mean"} & set(scored.metrics)
+    assert scored.metrics["supported_per_response"] == pytest.approx(1.0)
+    assert not any({"detail_bonus", "supported_distinct", "relevance"} & set(item) for item in scored.details)
+
+
+def test_with_only_the_relevance_term_on_no_detail_count_runs(smol_tokenizer, monkeypatch):
+    from fspo_lite.scoring.methods import RewardTools
+
+    _forbid(monkeypatch, *DETAIL_CODE[1:])
+    config = Config(rollout={"group_size": 5}, detail={"relevance_weight": 0.5, "relevance_judge": "llm"})
+    judge = _FakeJudge({"Gold has the symbol Au. Gold is": 0.9, "Gold has the symbol Au.<": 0.5,
+                        "Gold has atomic": 0.2, "no tags": 1.0})
+    scored = score_rollouts([EXAMPLE] * 5, _rollout(smol_tokenizer, TEXTS), smol_tokenizer, config, LexicalVerifier(),
+                            tools=RewardTools(relevance=judge))
+    assert scored.rewards.tolist() == pytest.approx([1.45, 1.25, 1.0, 0.1, -2.0], abs=1e-6)
+    assert scored.metrics["relevance_mean"] == pytest.approx(0.65)
+    assert "duplicate_sentences_per_response" not in scored.metrics and "detail_bonus_mean" not in scored.metrics
+
+
+@pytest.mark.parametrize("settings, expected, bonus_mean", [
+    ({"detail": {"weight": 0.2, "precision_weight": 0.3}},
+     [1.4197224378585815, 1.288629412651062, 1.2386294603347778, 0.0, -2.0], 0.18939626216888428),
+    ({"detail": {"precision_weight": 0.5, "duplicate_threshold": 0.5}},
+     [1.3333333730697632, 1.25, 1.1666666269302368, 0.0, -2.0], 0.15000000596046448),
+    ({"detail": {"weight": 0.2, "relevance_weight": 0.5, "relevance_judge": "llm"}},
+     [1.6697224378585815, 1.38862943649292, 1.13862943649292, 0.10000000149011612, -2.0], 0.09939626604318619),
+    ({"reward": {"method": "rlfh"}, "detail": {"weight": 0.3}},
+     [2.874238967895508, 1.7435604333877563, 3.279176950454712, -0.6034610271453857, -2.0], 0.1490943878889084),
+])
+def test_with_the_detail_term_on_its_values_are_unchanged(smol_tokenizer, settings, expected, bonus_mean):
+    """Rewards, the detail metrics and the per-response details, as scored before the term was skipped when off."""
+    from fspo_lite.scoring.methods import RewardTools
+    from fspo_lite.scoring.rewards import build_reward_tools
+
+    config = Config(rollout={"group_size": 5}, **settings)
+    tools = build_reward_tools(config) if not config.detail.relevance_weight else RewardTools(relevance=_FakeJudge(
+        {"Gold has the symbol Au. Gold is": 0.9, "Gold has the symbol Au.<": 0.5, "Gold has atomic": 0.2,
+         "no tags": 1.0}))
+    scored = score_rollouts([EXAMPLE] * 5, _rollout(smol_tokenizer, TEXTS), smol_tokenizer, config, LexicalVerifier(),
+                            tools=tools)
+    assert scored.rewards.tolist() == pytest.approx(expected, abs=1e-6)
+    assert scored.metrics["detail_bonus_mean"] == pytest.approx(bonus_mean, abs=1e-7)
+    assert scored.metrics["duplicate_sentences_per_response"] == pytest.approx(0.2)
+    assert [item["supported_distinct"] for item in scored.details] == [2, 1, 1, 0, 0]

@@ -11,8 +11,8 @@ from typing import Any
 
 MAX_QUESTION_CHARS = 20_000
 """Longest question a row may hold (the longest in the data folder's files: 4,309 characters, a SimpleRL math
-problem). A longer one is a broken or hostile row: a 50 MB question took minutes to tokenize before the prompt
-was cut to data.max_prompt_tokens."""
+problem). A longer one is a broken or hostile row: the whole question is tokenized before the prompt is cut to
+data.max_prompt_tokens, so its cost grows with its length (docs/history.md, "Reliability")."""
 MAX_ANSWER_CHARS = 10_000
 """Longest gold answer (answers are compared by F1 and math equivalence, which need short strings)."""
 MAX_TEXT_CHARS = 200_000

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from fspo_lite.atomic import atomic_write_text
-from fspo_lite.config import ConfigError, load_config, parse_yaml_file, split_override
+from fspo_lite.config import load_config
+from fspo_lite.config_checks import ConfigError
+from fspo_lite.config_load import parse_yaml_file, split_override
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.cli_help import MissingFileError
 from fspo_lite.drivers.notebook_params import check_notebook_parameters, notebook_failure

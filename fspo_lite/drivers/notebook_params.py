@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fspo_lite.config import (CHOICES, NUMBER_RANGES, SEED, Config, ConfigError, Range, apply_overrides,
-                              numeric_keys)
+from fspo_lite.config import Config, numeric_keys
+from fspo_lite.config_checks import CHOICES, NUMBER_RANGES, SEED, ConfigError, Range
+from fspo_lite.config_load import apply_overrides
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS
 from fspo_lite.scoring.verifiers import VERIFIERS

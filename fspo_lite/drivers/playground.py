@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fspo_lite.config import Config, apply_overrides
+from fspo_lite.config import Config
+from fspo_lite.config_load import apply_overrides
 from fspo_lite.data.examples import DATA_DIR, QAExample
 from fspo_lite.drivers.base_samples import base_engine, sample_texts
 from fspo_lite.jsonl import read_jsonl

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_json
-from fspo_lite.config import FORMAT_INSTRUCTION, ConfigError, DataConfig
+from fspo_lite.config import FORMAT_INSTRUCTION, DataConfig
+from fspo_lite.config_checks import ConfigError
 from fspo_lite.data.examples import portable_spec
 from fspo_lite.drivers.base_samples import QuestionCache, base_engine, probe, probe_settings, training_questions
 from fspo_lite.drivers.cli_help import MissingFileError

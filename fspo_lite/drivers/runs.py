@@ -170,8 +170,8 @@ def run_key(config: Config, examples: list | None = None, sections: tuple[str, .
     """A hash of everything that decides a run's numbers: the config settings that differ from the defaults (all
     sections, or `sections`), without the output folders and the resume/checkpoint switches, plus the ids of the
     training questions (a filter file rewritten with other kept ids changes it). Local evaluation files count by
-    name and content (`source_identity`), not by path, unless by_content=False (the form of keys written before
-    2026-11-26, which `finished_record` still accepts). A setting added later at its default keeps the keys of
+    name and content (`source_identity`), not by path, unless by_content=False (the older form of keys, by path,
+    which `finished_record` still accepts; docs/history.md, "The study"). A setting added later at its default keeps the keys of
     finished runs. Code changes, defaults included, are not in it: after one, delete the runs to redo them."""
     from fspo_lite.drivers.base_samples import settings_key
 
@@ -340,7 +340,7 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
 
     workers=1 runs them one after the other in this process. workers=N > 1 runs them in N worker processes
     (spawned), each with 1/N of this process's torch threads: on a CPU, a 135M model's batched decoding keeps
-    two threads only partly busy (bench/study_time.py --workers), so two one-thread runs side by side finish
+    two threads only partly busy (docs/performance.md, "Runs side by side"), so two one-thread runs side by side finish
     sooner than two two-thread runs in a row. Each run seeds itself (trainer and evaluation), so where it runs
     does not change its numbers. `on_finish(record)` is called in this process as each run ends (in finishing
     order); the list returned is in (method, seed) order, and each run's status and minutes are written to

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fspo_lite.config import ConfigError
+from fspo_lite.config_checks import ConfigError
 from fspo_lite.data.examples import DataError, QAExample, load_examples, read_rows
 from fspo_lite.data.files import data_dir
 

@@ -19,7 +19,8 @@ from typing import Any
 import torch
 
 from fspo_lite.atomic import atomic_path, atomic_write_json, atomic_write_jsonl
-from fspo_lite.config import ConfigError, RolloutConfig, SpeedConfig
+from fspo_lite.config import RolloutConfig, SpeedConfig
+from fspo_lite.config_checks import ConfigError
 from fspo_lite.data.prompts import prompt_text, render_prompt
 from fspo_lite.evaluation import metrics as M
 from fspo_lite.evaluation.benchmarks import BENCHMARKS, load_items, resolve

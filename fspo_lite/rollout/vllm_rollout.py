@@ -31,7 +31,8 @@ from pathlib import Path
 
 import torch
 
-from fspo_lite.config import ConfigError, ModelConfig, RolloutConfig, TrainConfig
+from fspo_lite.config import ModelConfig, RolloutConfig, TrainConfig
+from fspo_lite.config_checks import ConfigError
 from fspo_lite.models.policy import TINY, ModelLoadError, model_source
 from fspo_lite.models.precision import gpu_compute_dtype, vllm_bf16_problem, vllm_dtype
 from fspo_lite.rollout.sampling import Engine, Sampling

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fspo_lite.config import Config, apply_overrides
+from fspo_lite.config import Config
+from fspo_lite.config_load import apply_overrides
 from fspo_lite.data.examples import QAExample
 from fspo_lite.rollout.transformers_rollout import rollout_from_texts
 from fspo_lite.scoring.rewards import advantages_from_scores, score_rollouts

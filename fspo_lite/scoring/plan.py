@@ -11,17 +11,17 @@ on the verdicts -> the FSPO sentence mask, when the plan flips. The plan says, f
 - the additive terms on top of the source's reward: the detail term (`detail`), the relevance term (`relevance`),
   both in fspo_lite.scoring.methods.detail, and FSPO's step reward (`step_reward_lambda`, 0 when off).
 
-`parse_method` takes reward.method apart (the grammar is `config.split_method`, the names are the METHODS table's);
-`check_names` refuses an unknown reward.method or verifier.name, registered with the config (`config.NAME_CHECKS`) so
-that load_config and Config(...) refuse them too; `check_settings` runs every check of a run's settings before any
-data or model loads.
+`parse_method` takes reward.method apart (the grammar is `config_checks.split_method`, the names are the METHODS
+table's); `check_names` refuses an unknown reward.method or verifier.name, registered with the config
+(`config_checks.NAME_CHECKS`) so that load_config and Config(...) refuse them too; `check_settings` runs every check
+of a run's settings before any data or model loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fspo_lite.config import NAME_CHECKS, ConfigError, check_training_settings, split_method, validate_config
+from fspo_lite.config_checks import NAME_CHECKS, ConfigError, check_training_settings, split_method, validate_config
 from fspo_lite.scoring.methods import METHODS, REWARD_METHODS
 from fspo_lite.scoring.verifiers import VERIFIERS
 
@@ -60,11 +60,23 @@ class ScoringPlan:
     """The verifier labels each response's reasoning sentences (for the flip, the detail term, a source that reads
     them (Binary RAR) or the logged step factuality, reward.log_step_factuality); never without a verifier."""
     detail: bool
-    """The detail term is added (detail.weight or detail.precision_weight not 0)."""
+    """The detail term is added (`detail_on`: detail.weight or detail.precision_weight not 0); off, no detail counts
+    or near-duplicate flags are computed."""
     relevance: bool
-    """The relevance term is added (detail.relevance_weight not 0)."""
+    """The relevance term is added (`relevance_on`: detail.relevance_weight not 0); off, no relevance judge is built
+    or asked."""
     step_reward_lambda: float
     """The weight of FSPO's step score added to the reward (reward.step_reward_lambda with the flip, else 0)."""
+
+
+def detail_on(detail) -> bool:
+    """Whether config.detail turns the detail term on: detail.weight or detail.precision_weight not 0."""
+    return bool(detail.weight or detail.precision_weight)
+
+
+def relevance_on(detail) -> bool:
+    """Whether config.detail turns the relevance term on: detail.relevance_weight not 0."""
+    return bool(detail.relevance_weight)
 
 
 def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
@@ -72,23 +84,23 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
     when reward.method is not valid, or when the source or the detail term needs a verifier and there is none."""
     spec = parse_method(reward.method)
     method = METHODS[spec.source]
-    detail_on = bool(detail.weight or detail.precision_weight)
+    detail_term = detail_on(detail)
     if (method.needs_verifier or method.needs_verdicts) and not verifier_present:
         raise ValueError(f"reward.method={reward.method} needs a verifier")
-    if detail_on and not verifier_present:
+    if detail_term and not verifier_present:
         raise ValueError("detail.weight / detail.precision_weight need a verifier (verifier.name) to judge sentences")
     return ScoringPlan(
         source=spec.source, section=method.section, flip=spec.flip,
-        verdicts=verifier_present and (spec.flip or bool(reward.log_step_factuality) or detail_on
+        verdicts=verifier_present and (spec.flip or bool(reward.log_step_factuality) or detail_term
                                        or method.needs_verdicts),
-        detail=detail_on, relevance=bool(detail.relevance_weight),
+        detail=detail_term, relevance=relevance_on(detail),
         step_reward_lambda=reward.step_reward_lambda if spec.flip else 0.0,
     )
 
 
 def check_names(config) -> None:
     """The names only this layer's tables hold: reward.method (methods.METHODS) and verifier.name (VERIFIERS);
-    ConfigError in one line listing the valid ones. Registered in config.NAME_CHECKS below, so that load_config,
+    ConfigError in one line listing the valid ones. Registered in config_checks.NAME_CHECKS below, so that load_config,
     Config(...) and validate_config refuse them as the CLI does, before any model loads."""
     try:
         parse_method(config.reward.method)

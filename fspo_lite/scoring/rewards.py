@@ -8,8 +8,8 @@
 4. the reward of the plan's source, through the table `methods.METHODS` (`method_rewards`: outcome, caution table,
    RLFH token rewards, KLCF recall/precision, the controls, Binary RAR (which reads the verdicts), TruthRL);
 5. the additive terms that rest on the verdicts (`total_rewards`: the detail and relevance terms of
-   methods.detail, FSPO's step reward) and the step's reward metrics;
-5. the FSPO sentence mask, when the plan flips (verdicts.sentence_mask).
+   methods.detail, only when the plan turns them on, and FSPO's step reward) and the step's reward metrics;
+6. the FSPO sentence mask, when the plan flips (verdicts.sentence_mask).
 
 `advantages_from_scores` then turns the scores into token advantages (math in fspo_lite.algos).
 Also here: `build_reward_tools` (what the source uses besides the verifier, built once per run by its METHODS entry).
@@ -27,7 +27,7 @@ from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.grading import Outcome, outcome_reward
 from fspo_lite.scoring.methods import METHODS, MethodResult, RewardBatch, RewardTools
 from fspo_lite.scoring.methods.detail import build_relevance_judge, detail_terms
-from fspo_lite.scoring.plan import ScoringPlan, parse_method, scoring_plan
+from fspo_lite.scoring.plan import ScoringPlan, parse_method, relevance_on, scoring_plan
 from fspo_lite.scoring.verdicts import (ResponseView, SentenceVerdicts, response_views, sentence_count_metrics,
                                         sentence_mask, step_factuality, step_scores, verify_sentences)
 from fspo_lite.scoring.verifiers import Verifier
@@ -54,16 +54,17 @@ class ScoredRollouts:
 
 def build_reward_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:
     """What config.reward.method uses besides the verifier (its METHODS entry's `tools` builder; `checklists`:
-    KLCF checklists already in hand), and the detail term's relevance judge when detail.relevance_weight is not 0."""
+    KLCF checklists already in hand), and the relevance judge when the relevance term is on (plan.relevance_on)."""
     tools = METHODS[parse_method(config.reward.method).source].tools(config, checklists)
-    tools.relevance = build_relevance_judge(config.detail, config.verifier)
+    tools.relevance = build_relevance_judge(config.detail, config.verifier) if relevance_on(config.detail) else None
     return tools
 
 
 def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, config, verifier: Verifier | None,
                    step: int = 0, tools: RewardTools | None = None, plan: ScoringPlan | None = None) -> ScoredRollouts:
     """Grade every response of a rollout under the run's scoring plan: the outcome, the verifier's verdicts on
-    the reasoning sentences, the source's reward, the terms resting on the verdicts, and the FSPO sentence mask (the steps of the module docstring, in that order).
+    the reasoning sentences, the source's reward, the terms resting on the verdicts, and the FSPO sentence mask
+    (the steps of the module docstring, in that order).
 
     `examples` holds one QAExample per response (each prompt's example repeated G times, groups contiguous);
     `step` drives scheduled rewards; `tools` are the source's RewardTools (built from the config when None);
@@ -105,16 +106,16 @@ def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[Sente
     """The source's result with the plan's additive terms on top, and the step's reward metrics.
 
     The detail and relevance terms (methods.detail.detail_terms; `detail` is config.detail, `judge` the relevance
-    judge) go on every well-formed response, on its final token for token rewards (RLFH); with the FSPO flip,
-    plan.step_reward_lambda x the step score too.
+    judge) go on every well-formed response, on its final token for token rewards (RLFH); when the plan has neither,
+    nothing of methods.detail runs. With the FSPO flip, plan.step_reward_lambda x the step score goes on too.
     """
     outcomes, completion_mask = batch.outcomes, batch.completion_mask
     rewards, token_rewards, details = result.rewards, result.token_rewards, result.details
     scores = step_scores(verdicts)
-    terms = detail_terms(batch, verdicts, detail, judge, plan)
-    for item, extra in zip(details, terms.details):
-        item.update(extra)
-    if plan.detail or plan.relevance:
+    terms = detail_terms(batch, verdicts, detail, judge, plan) if plan.detail or plan.relevance else None
+    if terms is not None:
+        for item, extra in zip(details, terms.details):
+            item.update(extra)
         rewards = rewards + terms.bonuses
         if token_rewards is not None:  # token rewards (RLFH): the terms sit on the final token, like the outcome
             last = (completion_mask.sum(dim=1) - 1).clamp(min=0)
@@ -132,8 +133,8 @@ def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[Sente
         "step_factuality": factuality,
         "verified_sentences": verified,
         "step_score_mean": sum(scores) / len(scores),
-        **sentence_count_metrics(verdicts, [c.duplicates for c in terms.counts]),
-        **terms.metrics,
+        **sentence_count_metrics(verdicts, [c.duplicates for c in terms.counts] if plan.detail else None),
+        **(terms.metrics if terms is not None else {}),
         **result.metrics,
     }
     return MethodResult(rewards, token_rewards, details, metrics)

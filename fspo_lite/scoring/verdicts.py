@@ -99,13 +99,16 @@ def step_scores(verdicts: list[SentenceVerdicts]) -> list[float]:
     return [step_score(v.labels) for v in verdicts]
 
 
-def sentence_count_metrics(verdicts: list[SentenceVerdicts], duplicates: list[int]) -> dict[str, float]:
-    """Per-response means of supported, unsupported and checkable reasoning sentences and of near-duplicates:
-    a method that lowers the unsupported share by writing less shows it here."""
+def sentence_count_metrics(verdicts: list[SentenceVerdicts], duplicates: list[int] | None) -> dict[str, float]:
+    """Per-response means of supported, unsupported and checkable reasoning sentences, and of near-duplicates when
+    they were counted (`duplicates`, by the detail term; None when it is off): a method that lowers the unsupported
+    share by writing less shows it here."""
     n = max(len(verdicts), 1)
-    return {
+    metrics = {
         "supported_per_response": sum(v.labels.count(1) for v in verdicts) / n,
         "unsupported_per_response": sum(v.labels.count(-1) for v in verdicts) / n,
         "checkable_per_response": sum(sum(1 for x in v.labels if x != 0) for v in verdicts) / n,
-        "duplicate_sentences_per_response": sum(duplicates) / n,
     }
+    if duplicates is not None:
+        metrics["duplicate_sentences_per_response"] = sum(duplicates) / n
+    return metrics

@@ -19,8 +19,7 @@ the step then grows the heap by as much again. Inside `blocks_from_the_os`, whil
 large blocks get their own mapping when the heap has to grow, handed back to the OS when freed. But malloc serves a
 block from the heap's free space first, whatever its mmap threshold, so `made_apart` also runs the making in a
 short-lived thread of its own: glibc gives a new thread another malloc arena than the main thread's, so the buffer
-lands on fresh pages, of which only those written become resident (docs/performance.md, "Packed weights on an AMD
-EPYC").
+lands on fresh pages, of which only those written become resident (docs/performance.md, "What each lever does").
 """
 
 from __future__ import annotations

@@ -154,9 +154,9 @@ def cpu_vendor() -> str | None:
 def wants_packed_weights(setting: bool | None) -> bool:
     """speed.packed_weights as decided: true or false as set; None (the default) packs on Intel CPUs only.
 
-    MKL's packed product read SmolLM2's weights faster than `F.linear` at a decoding step's few rows on a Xeon and
-    slower on an AMD EPYC (docs/performance.md, "Packed weights on an AMD EPYC"). A rule by vendor rather than a
-    timing at start-up, so that one machine always decodes the same way."""
+    MKL's packed product read SmolLM2's weights faster than `F.linear` at a decoding step's few rows on the Intel
+    CPU measured and slower on the AMD one (docs/performance.md, "What each lever does"). A rule by vendor rather than
+    a timing at start-up, so that one machine always decodes the same way."""
     return cpu_vendor() == "GenuineIntel" if setting is None else bool(setting)
 
 

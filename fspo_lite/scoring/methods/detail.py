@@ -103,7 +103,8 @@ class DetailTerms:
     """(N,) the detail term (0 when it is off: both its weights are 0) plus the relevance term when that is on: what
     the caller adds to each response's reward when either term is on."""
     counts: list[DetailCounts]
-    """Each response's S, T and near-duplicates (always counted: the step's duplicate metric reads them)."""
+    """Each response's S, T and near-duplicates with the detail term on (the step's duplicate metric reads them);
+    empty when only the relevance term is on."""
     details: list[dict] = field(default_factory=list)
     """Per response: what to add to its logged details (relevance, detail_bonus, supported_distinct)."""
     metrics: dict[str, float] = field(default_factory=dict)
@@ -118,9 +119,10 @@ def detail_terms(batch, verdicts: list, detail, judge: ChatModel | None, plan) -
     and `relevance` switches); ValueError when the relevance term is on and there is no judge."""
     texts, format_ok = batch.texts, [outcome.format_ok for outcome in batch.outcomes]
     counts = [detail_counts([text[a:b] for a, b in v.spans], v.labels, detail.duplicate_threshold)
-              for text, v in zip(texts, verdicts)]
+              for text, v in zip(texts, verdicts)] if plan.detail else []
     detail_bonuses = torch.tensor([detail_bonus(c, detail.weight, detail.cap, detail.precision_weight) if ok else 0.0
-                                   for c, ok in zip(counts, format_ok)], dtype=torch.float32)
+                                   for c, ok in zip(counts, format_ok)] if plan.detail else [0.0] * len(texts),
+                                  dtype=torch.float32)
     bonuses, details, metrics = detail_bonuses, [{} for _ in texts], {}
     if plan.relevance:
         if judge is None:

@@ -1,0 +1,306 @@
+"""What a valid config is: the error every config problem raises, the range of each numeric key, the words each
+string key accepts, and the rules that tie keys together (`validate_config`).
+
+Generic over the schema (`fspo_lite.config`): the checks read the dataclasses of the config they are given, so this
+module sits below the schema that calls it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fspo_lite.algos import LOSS_AGGREGATIONS
+
+
+class ConfigError(ValueError):
+    """A config file or override names an unknown key or a value of the wrong type."""
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """repr(value) cut to `limit` characters, so an error line stays one short line whatever the value holds."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer over Python's 4300-digit limit for str()
+        return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """A dataclass's fields -> their resolved type annotations."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of one numeric config key: low <= value <= high (an end excluded when `*_open`), finite,
+    and None where the key allows null."""
+
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    note: str = ""
+    """Why the range is what it is, appended to the error."""
+
+    def holds(self, value: float) -> bool:
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return _finite(value) and above and below
+
+    def describe(self, integer: bool, nullable: bool) -> str:
+        kind = "an integer" if integer else "a finite number"
+        ends = []
+        if self.low > -math.inf:
+            ends.append(f"{'>' if self.low_open else '>='} {_number(self.low)}")
+        if self.high < math.inf:
+            ends.append(f"{'<' if self.high_open else '<='} {_number(self.high)}")
+        text = f"{kind} {' and '.join(ends)}".strip()
+        text = f"null or {text}" if nullable else text
+        return f"{text} ({self.note})" if self.note else text
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}".replace(",", "_") if float(value).is_integer() and abs(value) >= 10_000 else f"{value:g}"
+
+
+COUNT = Range(1, 10**9)
+"""A count of things (steps, samples, tokens, batch sizes): at least 1, and not absurdly many."""
+SHARE = Range(0, 1)
+"""A probability, share or threshold."""
+WEIGHT = Range(-1e6, 1e6)
+"""A reward value or weight: any sign; the bound only catches absurd values (1e20 makes every other term vanish)."""
+NONNEGATIVE = Range(0, 1e6)
+TIMEOUT = Range(0, 1e6, low_open=True, note="seconds")
+SEED = Range(0, 2**32 - 1, note="what numpy and the CUDA generators accept")
+
+NUMBER_RANGES: dict[str, Range] = {
+    "model.lora_r": Range(1, 4096, note="the LoRA rank"),
+    "model.lora_alpha": Range(0, 1e6, low_open=True, note="the LoRA scale is lora_alpha / lora_r; 0 disables the "
+                              "adapter"),
+    "model.lora_dropout": Range(0, 1, high_open=True, note="a dropout probability; 1 drops everything"),
+    "data.limit": COUNT,
+    "data.few_shot": Range(0, 2, note="0, 1 or 2 worked examples"),
+    "data.max_prompt_tokens": COUNT,
+    "rollout.group_size": COUNT,  # the method-dependent minimum is checked in validate_config
+    "rollout.max_new_tokens": COUNT,
+    "rollout.temperature": Range(0, 10, note="0: greedy"),
+    "rollout.top_p": Range(0, 1, low_open=True),
+    "rollout.generation_batch_size": COUNT,
+    "rollout.vllm_gpu_memory_utilization": Range(0, 1, low_open=True, note="a share of GPU memory"),
+    "rollout.vllm_max_lora_rank": Range(1, 4096),
+    "rollout.vllm_server_timeout": TIMEOUT,
+    "reward.format_penalty": WEIGHT,
+    "reward.step_reward_lambda": WEIGHT,
+    "caution.switch_step": Range(0, 10**9),
+    "caution.correct_reward": WEIGHT,
+    "caution.process_reward": WEIGHT,
+    "caution.unknown_reward": WEIGHT,
+    "caution.process_f1": SHARE,
+    "rlfh.truth_weight": WEIGHT,
+    "rlfh.info_weight": WEIGHT,
+    "rlfh.truth_correct": WEIGHT,
+    "rlfh.truth_hedged_correct": WEIGHT,
+    "rlfh.truth_vague": WEIGHT,
+    "rlfh.truth_hedged_wrong": WEIGHT,
+    "rlfh.truth_wrong": WEIGHT,
+    "rlfh.info_answer": WEIGHT,
+    "rlfh.info_crucial": WEIGHT,
+    "rlfh.info_relevant": WEIGHT,
+    "rlfh.info_supplementary": WEIGHT,
+    "rlfh.info_useless": WEIGHT,
+    "rlfh.correct_threshold": SHARE,
+    "rlfh.wrong_threshold": SHARE,
+    "rlfh.crucial_overlap": SHARE,
+    "rlfh.reward_clip": Range(0, 1e6, low_open=True, note="token rewards are clipped to [-reward_clip, reward_clip]"),
+    "rlfh.outcome_weight": WEIGHT,
+    "klcf.checklist_samples": COUNT,
+    "klcf.checklist_threshold": SHARE,
+    "klcf.dedup_overlap": SHARE,
+    "klcf.match_threshold": SHARE,
+    "klcf.recall_weight": WEIGHT,
+    "klcf.precision_weight": WEIGHT,
+    "klcf.reward_model_weight": WEIGHT,
+    "klcf.outcome_weight": WEIGHT,
+    "detail.weight": NONNEGATIVE,
+    "detail.cap": COUNT,
+    "detail.duplicate_threshold": SHARE,
+    "detail.precision_weight": NONNEGATIVE,
+    "detail.relevance_weight": WEIGHT,
+    "filter.samples": COUNT,
+    "filter.top": COUNT,
+    "verifier.threshold": SHARE,
+    "verifier.batch_size": COUNT,
+    "verifier.max_evidence_tokens": COUNT,
+    "verifier.request_timeout": TIMEOUT,
+    "train.steps": COUNT,
+    "train.prompts_per_step": COUNT,
+    "train.learning_rate": Range(0, 1, low_open=True),
+    "train.weight_decay": Range(0, 10),
+    "train.beta": NONNEGATIVE,
+    "train.epsilon_low": Range(0, 1, high_open=True,
+                               note="the ratio's lower clip 1 - epsilon_low must stay above 0"),
+    "train.epsilon_high": Range(0, 10, note="0.2 in GRPO, 0.28 in DAPO"),
+    "train.ppo_epochs": Range(1, 1000),
+    "train.micro_batch_size": COUNT,
+    "train.max_grad_norm": Range(0, 1e6, low_open=True, note="a negative one would reverse the update"),
+    "train.seed": SEED,
+    "train.save_every": Range(0, 10**9, note="0: only at the end"),
+    "train.max_bad_steps": Range(1, 10**9, note="consecutive non-finite steps tolerated before the run stops"),
+    "train.entropy_coef": NONNEGATIVE,
+    "evaluation.limit": COUNT,
+    "evaluation.samples": Range(1, 10_000),
+    "evaluation.temperature": Range(0, 10, note="0: greedy"),
+    "evaluation.max_new_tokens": COUNT,
+    "evaluation.batch_size": COUNT,
+    "evaluation.seed": SEED,
+}
+"""The valid range of every numeric config key (tests/test_hostile_inputs.py checks that each one is listed)."""
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.dtype": ("float32", "bfloat16", "float16"),
+    "model.backend": ("transformers", "unsloth"),
+    "rollout.engine": ("transformers", "vllm", "vllm-server"),
+    "speed.mode": ("auto", "off"),
+    "speed.sampler_dtype": ("policy", "bfloat16"),
+    "rollout.draw": ("exponential_race", "multinomial"),
+    "reward.answer_metric": ("auto", "f1", "em"),
+    "reward.claim_extractor": ("rules", "llm"),
+    "caution.variant": ("both", "fact", "caution", "fact_then_caution"),
+    "rlfh.granularity": ("token", "sentence", "paragraph"),
+    "train.loss_aggregation": LOSS_AGGREGATIONS,
+    "evaluation.judge": ("similarity", "overlap", "llm"),
+    "detail.relevance_judge": ("llm",),
+}
+"""The words a string key accepts (the modules that read them hold the same tuples; tests/test_hostile_inputs.py
+compares). Names from the scoring layer's tables (reward.method, verifier.name) are checked through NAME_CHECKS;
+benchmark names by the evaluation, before any model loads."""
+NAME_CHECKS: list[Callable[[Any], None]] = []
+"""Checks of the names whose tables live above this layer, each raising ConfigError in one line: the scoring layer
+registers its check of reward.method and verifier.name (fspo_lite.scoring.plan.check_names) when imported, which
+importing any part of fspo_lite does (the package's __init__ imports it), and validate_config runs every one, so
+load_config and Config(...) refuse an unknown name as the CLI does."""
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def numeric_keys(schema: type) -> dict[str, tuple[bool, bool]]:
+    """Every numeric key of a config class (`fspo_lite.config.Config`) -> (integer, nullable), read off its
+    dataclasses."""
+    keys = {}
+    sections = typing.get_type_hints(schema)
+    for section in dataclasses.fields(schema):
+        for name, annotation in field_types(sections[section.name]).items():
+            args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+                else (annotation,)
+            numeric = [a for a in args if a in (int, float)]
+            if numeric:
+                keys[f"{section.name}.{name}"] = (numeric[0] is int, type(None) in args)
+    return keys
+
+
+def _check(condition: bool, key: str, value: Any, valid: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}={shown(value)} is out of range; valid: {valid}")
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite (isfinite would overflow)
+
+
+def _value(config: Any, key: str) -> Any:
+    section, name = key.split(".")
+    return getattr(getattr(config, section), name)
+
+
+def split_method(name: str) -> tuple[tuple[str, ...], bool]:
+    """The grammar of reward.method: '+'-separated names, case and spaces ignored, 'fspo' the FSPO flip and every other
+    name a reward source. 'fspo' -> ((), True), 'KLCF + FSPO' -> (('klcf',), True), 'rlfh' -> (('rlfh',), False).
+    Returns (the source names, sorted and distinct; whether 'fspo' is named). Which names exist is the scoring
+    layer's table (fspo_lite.scoring.plan.parse_method checks them)."""
+    parts = {part.strip() for part in str(name).lower().split("+") if part.strip()}
+    return tuple(sorted(parts - {"fspo"})), "fspo" in parts
+
+
+def validate_config(config: Any) -> None:
+    """Range checks on every value a run depends on (ConfigError naming the key, the value and the valid range):
+    each numeric key against NUMBER_RANGES (non-finite values never pass), each word against CHOICES, and the
+    rules that tie keys together, then the names other layers hold (NAME_CHECKS). load_config and Config(...) call
+    it; so do the trainer and the evaluation, for configs changed in code. Types are already checked by the loader."""
+    for key, (integer, nullable) in numeric_keys(type(config)).items():
+        value = _value(config, key)
+        if value is None and nullable:
+            continue
+        bounds = NUMBER_RANGES[key]
+        _check(bounds.holds(value) and (not integer or isinstance(value, int)), key, value,
+               bounds.describe(integer, nullable))
+    for key, choices in CHOICES.items():
+        value = _value(config, key)
+        _check(value in choices or (value is None and key == "detail.relevance_judge"), key, value,
+               " | ".join(choices) + (" | null" if key == "detail.relevance_judge" else ""))
+    _check(isinstance(config.verifier.device, str) and bool(_DEVICE.match(config.verifier.device)), "verifier.device",
+           config.verifier.device, "auto | cpu | mps | cuda | cuda:N")
+    minimum_group = 1 if split_method(config.reward.method)[0] == ("rlfh",) else 2  # token rewards need no group
+    _check(config.rollout.group_size >= minimum_group, "rollout.group_size", config.rollout.group_size,
+           f"an integer >= {minimum_group} (group-relative advantages need at least two responses per prompt)"
+           if minimum_group == 2 else "an integer >= 1")
+    rlfh = config.rlfh
+    _check(rlfh.wrong_threshold <= rlfh.correct_threshold, "rlfh.wrong_threshold", rlfh.wrong_threshold,
+           f"at most rlfh.correct_threshold ({rlfh.correct_threshold}): below it a statement is Wrong, above the "
+           "other Correct")
+    _check(bool(config.evaluation.benchmarks), "evaluation.benchmarks", config.evaluation.benchmarks,
+           "at least one benchmark name")
+    _check(config.evaluation.samples == 1 or config.evaluation.temperature > 0, "evaluation.samples",
+           config.evaluation.samples, "1 unless evaluation.temperature > 0 (greedy answers would repeat)")
+    if config.filter.band is not None:
+        validate_band(config.filter.band, "filter.band")
+    rollout, sampler_dtype = config.rollout, config.speed.sampler_dtype
+    if sampler_dtype != "policy" and config.speed.mode != "off":
+        for holds, valid in ((rollout.engine == "transformers", "policy unless rollout.engine is transformers"),
+                             (rollout.use_sampler_logprobs, "policy unless rollout.use_sampler_logprobs=true (the "
+                              "ratio to the copy's log-probs corrects its gap)"),
+                             (config.train.ppo_epochs == 1, "policy unless train.ppo_epochs=1"),
+                             (not config.model.load_in_4bit, "policy with model.load_in_4bit (a 4-bit base has no "
+                              "bfloat16 copy)")):
+            _check(holds, "speed.sampler_dtype", sampler_dtype, valid)
+    _check(not rollout.use_sampler_logprobs or config.train.ppo_epochs == 1, "rollout.use_sampler_logprobs",
+           rollout.use_sampler_logprobs, "false unless train.ppo_epochs=1 (with mu > 1 the trainer computes pi_old "
+           "itself, for every engine)")
+    detail = config.detail
+    _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
+           detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")
+    for check in NAME_CHECKS:
+        check(config)
+
+
+def check_training_settings(config: Any) -> None:
+    """The rules of keys that only training reads (an evaluation of the same config is not refused): ConfigError, in
+    one line saying what to change, before any model loads. The trainer runs them (fspo_lite.scoring.plan), and so
+    do the experiment drivers for every arm before the first one trains."""
+    model, train, engine = config.model, config.train, config.rollout.engine
+    if train.fsdp and engine in ("vllm", "vllm-server"):
+        raise ConfigError(f"train.fsdp=true with rollout.engine={engine} is not supported (the vLLM engines load the "
+                          "adapter from a folder, and a sharded model cannot save one): use rollout.engine=transformers "
+                          "with train.fsdp, or vLLM with train.fsdp=false (one process, or data parallel under "
+                          "accelerate launch)")
+    if model.dtype == "float16" and not model.lora:
+        raise ConfigError("model.dtype=float16 with model.lora=false would train float16 weights, whose small "
+                          "updates round away: set model.lora=true (the adapter stays in float32) or "
+                          "model.dtype=float32")
+
+
+def validate_band(band: Any, key: str = "--band") -> list[float]:
+    """[low, high] success-rate band with 0 <= low <= high <= 1, or ConfigError."""
+    ok = (isinstance(band, (list, tuple)) and len(band) == 2 and all(_finite(x) for x in band)
+          and 0 <= band[0] <= band[1] <= 1)
+    _check(ok, key, band, "two numbers LOW,HIGH with 0 <= LOW <= HIGH <= 1, e.g. 0.2,0.8")
+    return [float(band[0]), float(band[1])]
+
+

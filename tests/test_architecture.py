@@ -342,6 +342,28 @@ def test_the_fspo_path_reads_in_at_most_five_files():
     assert unreached(FSPO_PATH) == [], "functions on the FSPO path that no earlier one calls"
 
 
+HARDWARE_WORDS = ("GenuineIntel", "AuthenticAMD", "cpu_vendor", "mallopt", "malloc", "os.environ", "getenv",
+                  "TRANSFORMERS_SDPA", "MKL", "_mkl", "fused_lora", "prompt_cache", "llama_step", "allocator",
+                  "keep_freed_memory")
+"""What no file of the FSPO path may name: a CPU vendor, an allocator, an environment variable, or one of the speed
+wing's modules (the trainer reaches those only through `fspo_lite.speed`'s factories)."""
+
+
+def hardware_words(text: str) -> list[str]:
+    return [word for word in HARDWARE_WORDS if word in text]
+
+
+def test_the_fspo_path_names_no_hardware_trick(package):
+    _, edges, _ = package
+    files = path_files(FSPO_PATH)
+    found = {name: hardware_words((ROOT / name).read_text(encoding="utf-8")) for name in files}
+    assert {name: words for name, words in found.items() if words} == {}
+    speed = sorted({edge.target for edge in edges if edge.source in {module_name(ROOT / f, ROOT) for f in files}
+                    and edge.target.startswith(f"{PACKAGE}.speed")})
+    assert speed == [f"{PACKAGE}.speed"]  # the factories of the package itself, none of its modules
+    assert hardware_words("x = os.environ['A']  # mallopt") == ["mallopt", "os.environ"]  # the check can fail
+
+
 def test_the_path_checker_fails_on_a_longer_or_broken_path():
     longer = [*FSPO_PATH[:4], "fspo_lite.scoring.plan:scoring_plan", *FSPO_PATH[4:]]
     assert len(path_files(longer)) == MAX_PATH_FILES + 1

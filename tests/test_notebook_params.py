@@ -100,7 +100,7 @@ def test_a_failing_notebook_ends_the_console_with_its_own_message(tmp_path, caps
 
 
 def test_a_real_notebook_failure_reaches_the_console(tmp_path, capsys):
-    """Notebook 04 on a runs folder without runs: its FileNotFoundError, under a real kernel."""
+    """Notebook 04 on a runs folder without runs: its MissingFileError, under a real kernel."""
     profile = tmp_path / "report_only.yaml"
     profile.write_text("out: .\nnotebooks:\n  - name: 04_results.ipynb\n    parameters:\n"
                        f"      runs_dir: {tmp_path / 'no_runs'}\n      results_dir: {tmp_path / 'results'}\n"
@@ -108,5 +108,5 @@ def test_a_real_notebook_failure_reaches_the_console(tmp_path, capsys):
     (tmp_path / "no_runs").mkdir()
     assert main(["lite", "--profile", str(profile), "--out", str(tmp_path), "--quiet"]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last.startswith(f"fspo_lite: error: 04_results.ipynb: FileNotFoundError: no */heldout.json under "
+    assert last.startswith(f"fspo_lite: error: 04_results.ipynb: MissingFileError: no */heldout.json under "
                            f"{tmp_path / 'no_runs'}: run notebook 03 first (traceback in the executed copy ")

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.drivers.cli_help import MissingFileError
 from fspo_lite.drivers.report.study import not_evaluated
 from fspo_lite.evaluation.metrics import DECOMPOSITION
 from fspo_lite.evaluation.result_files import read_heldout
@@ -55,9 +56,9 @@ def load_heldout(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
         rows.append({"run": path.parent.name, "method": record["method"], "seed": record.get("seed"),
                      **{column: metrics[key] for column, key in names.items() if key in metrics}})
     if not rows:
-        raise FileNotFoundError(f"no */heldout.json under {runs_dir}: run notebook 03 first")
+        raise MissingFileError(f"no */heldout.json under {runs_dir}: run notebook 03 first")
     if not any(column in row for row in rows for column in QA_METRICS):
-        raise FileNotFoundError(f"no run under {runs_dir} holds {qa} results: {not_evaluated(qa)}")
+        raise MissingFileError(f"no run under {runs_dir} holds {qa} results: {not_evaluated(qa)}")
     return pd.DataFrame(rows)
 
 

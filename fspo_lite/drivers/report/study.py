@@ -11,6 +11,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from fspo_lite.drivers.cli_help import MissingFileError
 from fspo_lite.evaluation.metrics import DECOMPOSITION, decomposition_class
 from fspo_lite.evaluation.result_files import read_heldout, read_records
 
@@ -66,7 +67,7 @@ def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
                 row[f"checkable@{judge}"] = sum(1 for x in labels if x != 0)
             rows.append(row)
     if not rows:
-        raise FileNotFoundError(f"no {qa} records under {runs_dir}/*/eval/records.jsonl: {not_evaluated(qa)}")
+        raise MissingFileError(f"no {qa} records under {runs_dir}/*/eval/records.jsonl: {not_evaluated(qa)}")
     frame = pd.DataFrame(rows)
     frame["seed"] = frame["seed"].fillna(-1).astype(int)
     for column in ("response_tokens", "near_duplicates"):

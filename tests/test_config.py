@@ -36,8 +36,8 @@ def test_a_key_moved_to_the_speed_section_is_refused_in_one_line_naming_its_new_
     from fspo_lite.config_load import MOVED_KEYS
 
     section, key = old.split(".")
-    for attempt in (lambda: config_from_dict({section: {key: True}}), lambda: apply_overrides(Config(), [f"{old}=true"]),
-                    lambda: Config(**{section: {key: True}})):
+    for attempt in (lambda: config_from_dict({section: {key: True}}),
+                    lambda: apply_overrides(Config(), [f"{old}=true"]), lambda: Config(**{section: {key: True}})):
         with pytest.raises(ConfigError) as error:
             attempt()
         assert str(error.value) == f"config key '{old}' is now '{new}' (the speed section); rename it"

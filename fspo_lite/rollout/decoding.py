@@ -98,7 +98,8 @@ def next_tokens(logits: torch.Tensor, step: int, sampling: Sampling, eos: torch.
         chosen = scores.argmax(dim=-1)
     chosen_logprobs = None
     if logprobs:
-        chosen_logprobs = torch.log_softmax(scores, dim=-1).gather(1, chosen[:, None]).squeeze(1).masked_fill(ended, 0.0)
+        chosen_logprobs = torch.log_softmax(scores, dim=-1).gather(1, chosen[:, None]).squeeze(1)
+        chosen_logprobs = chosen_logprobs.masked_fill(ended, 0.0)
     return chosen.masked_fill(ended, pad_id), chosen_logprobs
 
 

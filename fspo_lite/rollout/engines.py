@@ -30,7 +30,8 @@ def check_rollout_engine(rollout: RolloutConfig, model_config: ModelConfig, trai
 
 
 def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig,
-                         max_prompt_tokens: int, dist, owns_model: bool = True, transformers_engine=TransformersRollout):
+                         max_prompt_tokens: int, dist, owns_model: bool = True,
+                         transformers_engine=TransformersRollout):
     """The sampler named by rollout.engine, sharing `generate(prompts, num_samples, do_sample, max_new_tokens) ->
     Rollout`. It reads the rollout section, the model section (LoRA, backend, what vLLM loads), the train section
     (ppo_epochs, seed, output_dir: where the adapters for vLLM go) and data.max_prompt_tokens; `dist` (a

@@ -51,8 +51,8 @@ def select_cache_rows(cache, rows: torch.Tensor) -> None:
     """Keep (or repeat) the cache rows `rows`, in that order, as `cache.batch_select_indices` does, with
     `index_select` on the plain keys/values layers: its backward adds the rows' gradients with `index_add`, where
     the advanced indexing of transformers' layers scatters them with an accumulating `index_put`, much slower on a
-    CPU; the same sums, in the same order. Other layer kinds (sliding windows' extra state, linear attention) go through their own
-    method."""
+    CPU; the same sums, in the same order. Other layer kinds (sliding windows' extra state, linear attention) go
+    through their own method."""
     from transformers.cache_utils import DynamicLayer
 
     for layer in getattr(cache, "layers", None) or []:

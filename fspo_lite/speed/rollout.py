@@ -77,7 +77,8 @@ class FastTransformersRollout(TransformersRollout):
         LoRA merged or the weights packed as the speed section says."""
         own_loop = self.speed.drop_ended_rows and self.own_loop(model)
         # packed weights: the adapter stays on and is not merged into copies (the packs hold the base weights)
-        packed = own_loop and self.fast_steps and self.preallocate_cache and wants_packed_weights(self.speed.packed_weights)
+        packed = (own_loop and self.fast_steps and self.preallocate_cache
+                  and wants_packed_weights(self.speed.packed_weights))
         packs = weight_packs_for(model) if packed and packing_applies(model) else None
         merge = self.speed.merge_lora_for_generation and packs is None
 

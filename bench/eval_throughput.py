@@ -1,7 +1,7 @@
 """Evaluation generation throughput: tokens/s of batched generation versus one question at a time.
 
 Greedy answers to the first N bundled kbqa questions with the harness's prompt (few-shot chat, "<think>"
-prefix), through the same TransformersRollout the harness uses. Both runs generate the same number of
+prefix), through the same transformers engine the harness uses. Both runs generate the same number of
 new tokens per question (EOS is ignored), so tokens/s compares like with like.
 
     python bench/eval_throughput.py [--model smollm2-135m] [--questions 16] [--batch-size 16] [--tokens 256]
@@ -20,18 +20,19 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fspo_lite.config import Config, RolloutConfig  # noqa: E402
+from fspo_lite.config import Config, RolloutConfig, SpeedConfig  # noqa: E402
 from fspo_lite.data.examples import load_examples  # noqa: E402
 from fspo_lite.evaluation import load_eval_model  # noqa: E402
 from fspo_lite.data.prompts import prompt_text  # noqa: E402
-from fspo_lite.rollout.transformers_rollout import TransformersRollout  # noqa: E402
+from fspo_lite.speed import transformers_engine  # noqa: E402
 from fspo_lite.machine import machine_description  # noqa: E402
 
 
 def tokens_per_second(model, tokenizer, prompts: list[str], batch_size: int, tokens: int) -> tuple[float, int, float]:
     """(tokens/s, tokens generated, seconds) for greedy generation of exactly `tokens` new tokens per prompt."""
     rollout = RolloutConfig(max_new_tokens=tokens, generation_batch_size=batch_size)
-    engine = TransformersRollout(model, tokenizer, rollout, generate_kwargs={"min_new_tokens": tokens})
+    engine = transformers_engine(model, tokenizer, rollout, generate_kwargs={"min_new_tokens": tokens},
+                                 speed=SpeedConfig())
     start = time.perf_counter()
     rollout = engine.generate(prompts, 1, do_sample=False)
     seconds = time.perf_counter() - start

@@ -1,7 +1,7 @@
 """Benchmark: one fspo-lite training step against one step of TRL's GRPOTrainer, side by side on CPU.
 
     python bench/grpo_step.py [--models smollm2-135m,tiny] [--steps 5] [--warmup 1] [--overhead-steps 3]
-                              [--set rollout.packed_weights=false ...]
+                              [--set speed.packed_weights=false ...]
     make bench-cpu            # installs the `bench` extra (TRL) first
 
 Each trainer lives in its own worker process; the coordinator alternates one step of each, so
@@ -78,16 +78,16 @@ class BenchSettings:
     seed: int = 0
     threads: int = 2
     sampler_dtype: str = "policy"
-    """fspo-lite's side only: rollout.sampler_dtype (bfloat16: a bfloat16 sampler copy with its log-probs as pi_old);
+    """fspo-lite's side only: speed.sampler_dtype (bfloat16: a bfloat16 sampler copy with its log-probs as pi_old);
     TRL keeps its float32 `generate`, so the two sides then differ in the sampler's precision."""
     trl_keep_freed_memory: bool = False
-    """TRL's side only: its worker sets the malloc options fspo-lite's trainer sets on a CPU (train.keep_freed_memory,
-    `fspo_lite.memory`), so both sides allocate alike; off by default: TRL as a user runs it."""
+    """TRL's side only: its worker sets the malloc options fspo-lite's trainer sets on a CPU (speed.keep_freed_memory,
+    `fspo_lite.speed.allocator`), so both sides allocate alike; off by default: TRL as a user runs it."""
     device: str = "cpu"
     """cpu (peak RSS) or cuda (peak allocated GPU memory; TRL without vLLM on the GPU too)."""
     fspo_settings: list[str] = field(default_factory=list)
     """fspo-lite's side only: config settings KEY=VALUE on top of the shared ones (--set), for an A/B of one knob
-    that changes no work, e.g. rollout.packed_weights=false."""
+    that changes no work, e.g. speed.packed_weights=false."""
 
     @property
     def responses(self) -> int:
@@ -213,7 +213,7 @@ def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = N
         "model.gradient_checkpointing": False,
         "rollout.group_size": settings.group_size, "rollout.max_new_tokens": settings.max_new_tokens,
         "rollout.temperature": settings.temperature, "rollout.generation_batch_size": settings.responses,
-        "rollout.sampler_dtype": settings.sampler_dtype, "rollout.use_sampler_logprobs": settings.sampler_dtype != "policy",
+        "speed.sampler_dtype": settings.sampler_dtype, "rollout.use_sampler_logprobs": settings.sampler_dtype != "policy",
         "reward.method": settings.method, "verifier.name": settings.verifier,
         "train.prompts_per_step": settings.prompts_per_step, "train.micro_batch_size": settings.micro_batch_size,
         "train.learning_rate": settings.learning_rate, "train.beta": settings.beta,
@@ -306,7 +306,7 @@ def fspo_worker(settings: BenchSettings, conn) -> None:
 def trl_worker(settings: BenchSettings, total_steps: int, conn) -> None:
     """TRL's GRPOTrainer (no vLLM) driven step by step through a callback that waits for the coordinator."""
     init_worker(settings)
-    from fspo_lite.memory import keep_freed_memory
+    from fspo_lite.speed.allocator import keep_freed_memory
 
     kept = keep_freed_memory() if settings.trl_keep_freed_memory else False
     from datasets import Dataset
@@ -485,17 +485,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--beta", type=float, default=BenchSettings.beta)
     parser.add_argument("--verifier", default=BenchSettings.verifier, help="verifier.name for the FSPO advantages")
     parser.add_argument("--sampler-dtype", default=BenchSettings.sampler_dtype, choices=("policy", "bfloat16"),
-                        help="fspo-lite's rollout.sampler_dtype (TRL keeps float32: the sides then differ)")
+                        help="fspo-lite's speed.sampler_dtype (TRL keeps float32: the sides then differ)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="cuda: both trainers on the GPU, peak = max allocated GPU memory")
     parser.add_argument("--threads", type=int, default=BenchSettings.threads, help="torch CPU threads per worker")
     parser.add_argument("--trl-keep-freed-memory", action="store_true",
-                        help="TRL's worker sets the malloc options fspo-lite's trainer sets (train.keep_freed_memory)")
+                        help="TRL's worker sets the malloc options fspo-lite's trainer sets (speed.keep_freed_memory)")
     parser.add_argument("--omp-wait-policy", choices=OMP_WAIT_POLICIES, default="default",
                         help="both workers' OMP_WAIT_POLICY (default: the environment's, libgomp's own when unset)")
     parser.add_argument("--set", dest="fspo_settings", action="append", default=[], metavar="KEY=VALUE",
                         help="fspo-lite's side only: a config setting that changes no work (repeatable), e.g. "
-                             "rollout.packed_weights=false")
+                             "speed.packed_weights=false")
     parser.add_argument("--out", default=None, help="append the results as one JSON line to this file")
     args = parser.parse_args(argv)
     from fspo_lite.config import ConfigError, parse_overrides

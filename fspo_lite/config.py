@@ -66,7 +66,7 @@ class DataConfig:
 
 @dataclass
 class RolloutConfig:
-    """How responses are sampled (speed settings: docs/performance.md, "What each lever does")."""
+    """How responses are sampled (its speed settings are the speed section's)."""
 
     engine: str = "transformers"  # transformers | vllm (GPU only) | vllm-server (an OpenAI-compatible server)
     group_size: int = 8  # G: responses sampled per prompt; advantages are relative within a group
@@ -74,19 +74,13 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (0: greedy)
     top_p: float = 1.0  # nucleus sampling: draw from the smallest set of tokens holding this probability
     generation_batch_size: int = 64  # sequences generated at once (vLLM's max_num_seqs)
-    share_prompt_prefill: bool = True  # encode each distinct prompt once and copy its KV cache to its G samples
-    merge_lora_for_generation: bool = True  # sample with each adapter merged into a copy of its weight matrices
     use_sampler_logprobs: bool = False  # ppo_epochs=1 only: pi_old from the sampler's log-probs (docs/gpu.md)
-    sampler_dtype: str = "policy"  # policy | bfloat16: sample from a bfloat16 copy (needs use_sampler_logprobs)
-    draw: str = "exponential_race"  # how the decoding loop draws a token: exponential_race | multinomial (generate's)
-    packed_weights: bool | None = None  # decode on MKL-packed float32 weights; null: on for Intel CPUs only
+    draw: str = "exponential_race"  # how the decoding loops draw a token: exponential_race | multinomial (generate's)
     vllm_gpu_memory_utilization: float = 0.4  # share of GPU memory the colocated vLLM engine may take
     vllm_enable_sleep_mode: bool = False  # put vLLM to sleep between rollouts so training gets its memory
     vllm_max_lora_rank: int | None = None  # largest LoRA rank vLLM reserves room for; null: model.lora_r
     vllm_server_url: str | None = None  # rollout.engine=vllm-server: the server's base URL (started with --enable-lora)
     vllm_server_timeout: float = 600.0  # seconds one request to the server may take in all
-    share_prompt_prefix: bool = True  # encode the start every prompt of a batch shares once (at least 16 tokens)
-    drop_ended_rows: bool = True  # own decoding loop: a row leaves the forward pass once it has ended
 
 
 @dataclass
@@ -200,7 +194,7 @@ class VerifierConfig:
 
 @dataclass
 class TrainConfig:
-    """The optimisation loop (docs/algorithms.md section 1; speed settings: docs/performance.md)."""
+    """The optimisation loop (docs/algorithms.md section 1; its speed settings are the speed section's)."""
 
     steps: int = 50  # training steps
     prompts_per_step: int = 4  # questions per step, each sampled group_size times
@@ -213,11 +207,6 @@ class TrainConfig:
     loss_aggregation: str = "token-mean"  # token-mean | seq-mean-token-mean | dr_grpo
     ppo_epochs: int = 1  # mu: passes over each batch of rollouts (1: pi_old = pi_theta)
     micro_batch_size: int = 8  # sequences per forward/backward; gradients accumulate over the step
-    share_prompt_pass: bool = True  # log-prob passes run each distinct prompt once for its G responses
-    group_by_length: bool = True  # micro-batches take responses longest first, each only as wide as its longest
-    fused_lora: bool = True  # each plain LoRA projection runs as one autograd node with its scale folded in
-    grouped_query_sdpa: bool = True  # on a CPU, grouped key/value heads go to torch's attention kernel as they are
-    keep_freed_memory: bool = True  # on Linux/glibc, malloc keeps freed memory for the next step
     max_grad_norm: float = 1.0  # gradients are clipped to this total norm
     seed: int = 0  # seeds data order, sampling and initialisation
     output_dir: str = "runs/default"  # where the run's metrics, samples and checkpoints go
@@ -227,6 +216,25 @@ class TrainConfig:
     tensorboard: bool = False  # also write TensorBoard logs
     entropy_coef: float = 0.0  # entropy bonus: the loss subtracts this x the mean token entropy
     fsdp: bool = False  # shard weights, gradients and optimizer state over torchrun's processes (docs/gpu.md)
+
+
+@dataclass
+class SpeedConfig:
+    """Work saved on some hardware, never a change of what is computed beyond float rounding (fspo_lite.speed;
+    docs/performance.md, "What each lever does")."""
+
+    mode: str = "auto"  # auto: the switches below as set | off: the plain reference rollout and log-prob passes
+    share_prompt_prefill: bool = True  # rollout: encode each distinct prompt once for its G samples
+    share_prompt_prefix: bool = True  # rollout: encode the start every prompt of a batch shares once (16+ tokens)
+    merge_lora_for_generation: bool = True  # rollout: sample with each adapter merged into a copy of its weights
+    drop_ended_rows: bool = True  # rollout: the fast decoding loop, a row leaves once ended (false: generate)
+    packed_weights: bool | None = None  # rollout: decode on MKL-packed float32 weights; null: on Intel CPUs only
+    sampler_dtype: str = "policy"  # rollout: policy | bfloat16 copy to sample from (needs use_sampler_logprobs)
+    share_prompt_pass: bool = True  # update: each distinct prompt and the rollout's common start run once
+    group_by_length: bool = True  # update: micro-batches longest first, each only as wide as its longest
+    fused_lora: bool = True  # update: each plain LoRA projection as one autograd node with its scale folded in
+    grouped_query_sdpa: bool = True  # update, on a CPU: grouped key/value heads go to torch's kernel as they are
+    keep_freed_memory: bool = True  # update, on Linux/glibc: malloc keeps freed memory for the next step
 
 
 @dataclass
@@ -265,6 +273,7 @@ class Config:
     filter: FilterConfig = field(default_factory=FilterConfig)
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    speed: SpeedConfig = field(default_factory=SpeedConfig)
     evaluation: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:

@@ -167,7 +167,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16", "float16"),
     "model.backend": ("transformers", "unsloth"),
     "rollout.engine": ("transformers", "vllm", "vllm-server"),
-    "rollout.sampler_dtype": ("policy", "bfloat16"),
+    "speed.mode": ("auto", "off"),
+    "speed.sampler_dtype": ("policy", "bfloat16"),
     "rollout.draw": ("exponential_race", "multinomial"),
     "reward.answer_metric": ("auto", "f1", "em"),
     "reward.claim_extractor": ("rules", "llm"),
@@ -260,15 +261,15 @@ def validate_config(config: Any) -> None:
            config.evaluation.samples, "1 unless evaluation.temperature > 0 (greedy answers would repeat)")
     if config.filter.band is not None:
         validate_band(config.filter.band, "filter.band")
-    rollout = config.rollout
-    if rollout.sampler_dtype != "policy":
+    rollout, sampler_dtype = config.rollout, config.speed.sampler_dtype
+    if sampler_dtype != "policy" and config.speed.mode != "off":
         for holds, valid in ((rollout.engine == "transformers", "policy unless rollout.engine is transformers"),
                              (rollout.use_sampler_logprobs, "policy unless rollout.use_sampler_logprobs=true (the "
                               "ratio to the copy's log-probs corrects its gap)"),
                              (config.train.ppo_epochs == 1, "policy unless train.ppo_epochs=1"),
                              (not config.model.load_in_4bit, "policy with model.load_in_4bit (a 4-bit base has no "
                               "bfloat16 copy)")):
-            _check(holds, "rollout.sampler_dtype", rollout.sampler_dtype, valid)
+            _check(holds, "speed.sampler_dtype", sampler_dtype, valid)
     _check(not rollout.use_sampler_logprobs or config.train.ppo_epochs == 1, "rollout.use_sampler_logprobs",
            rollout.use_sampler_logprobs, "false unless train.ppo_epochs=1 (with mu > 1 the trainer computes pi_old "
            "itself, for every engine)")

@@ -74,6 +74,17 @@ def _yaml_value_problem(error: Exception) -> str:
     return str(error).splitlines()[0]
 
 
+YAML_BOOLEAN_WORDS = {(False, "speed.mode"): "off"}
+"""Words of a string key that YAML reads as booleans (`speed.mode: off` is false to YAML), taken back as the word."""
+
+MOVED_KEYS = {f"{section}.{key}": f"speed.{key}" for section, keys in (
+    ("rollout", ("share_prompt_prefill", "share_prompt_prefix", "merge_lora_for_generation", "drop_ended_rows",
+                 "packed_weights", "sampler_dtype")),
+    ("train", ("share_prompt_pass", "group_by_length", "fused_lora", "grouped_query_sdpa", "keep_freed_memory")),
+) for key in keys}
+"""Keys that moved to another section: the old name is refused in one line that names the new one."""
+
+
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
     """Convert a YAML/CLI value to the field's declared type, or raise ConfigError."""
     origin = typing.get_origin(annotation)
@@ -132,6 +143,8 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
                 return math.inf if value > 0 else -math.inf
         raise ConfigError(f"{where}: expected a number, got {shown(value)}")
     if annotation is str:
+        if isinstance(value, bool) and (value, where) in YAML_BOOLEAN_WORDS:
+            return YAML_BOOLEAN_WORDS[value, where]
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {shown(value)}")
         return value
@@ -144,6 +157,8 @@ def update_fields(obj: Any, values: dict[str, Any], prefix: str) -> None:
     types = field_types(type(obj))
     for key, value in values.items():
         where = f"{prefix}{key}"
+        if key not in types and where in MOVED_KEYS:
+            raise ConfigError(f"config key {where!r} is now {MOVED_KEYS[where]!r} (the speed section); rename it")
         if key not in types:
             raise ConfigError(f"unknown config key {shown(where)}; valid keys here: {', '.join(sorted(types))}")
         current = getattr(obj, key)

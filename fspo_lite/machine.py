@@ -1,6 +1,5 @@
-"""This machine's CPU, read from /proc/cpuinfo (Linux): its vendor, which decides whether the decoding steps pack
-their weights (rollout.packed_weights), and a one-line description that benchmarks and run records print, since
-timings and float sums differ between CPUs (docs/performance.md, "The CPUs")."""
+"""This machine's CPU, read from /proc/cpuinfo (Linux): its fields, and a one-line description that benchmarks and run
+records print, since timings and float sums differ between CPUs (docs/performance.md, "The CPUs")."""
 
 from __future__ import annotations
 
@@ -31,11 +30,6 @@ def cpuinfo() -> dict[str, str]:
             return cpuinfo_fields(handle.read())
     except OSError:
         return {}
-
-
-def cpu_vendor() -> str | None:
-    """The x86 vendor (GenuineIntel, AuthenticAMD, ...); None when /proc/cpuinfo names none."""
-    return cpuinfo().get("vendor_id")
 
 
 def cpu_description(fields: dict[str, str]) -> str:

@@ -65,7 +65,7 @@ def freshness_problems(gaps: list[float], stale_from: int | None = None, fresh_f
 def skip_adapter_refresh(engine) -> None:
     """From now on `engine` keeps serving the adapter it holds: the failure the check must catch. The vLLM server
     engine keeps its registered adapter, the colocated one its saved folder, the transformers engine its sampler copy
-    (rollout.sampler_dtype); the transformers engine without a copy samples the policy itself and cannot go stale."""
+    (speed.sampler_dtype); the transformers engine without a copy samples the policy itself and cannot go stale."""
     if hasattr(engine, "served_adapter"):
         engine._publish_adapter = lambda: engine.served_adapter
     elif hasattr(engine, "adapters"):
@@ -75,7 +75,7 @@ def skip_adapter_refresh(engine) -> None:
     elif getattr(engine, "_copy", None) is not None:
         engine.sampling_model = lambda: engine._copy
     else:
-        raise ValueError("this engine samples the policy itself (rollout.sampler_dtype=policy): nothing can go stale")
+        raise ValueError("this engine samples the policy itself (speed.sampler_dtype=policy): nothing can go stale")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

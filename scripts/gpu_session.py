@@ -147,7 +147,7 @@ def freshness_sleep(args, out: Path) -> dict:
     check = ["--steps", "3", "--stale-from", "3"]
     if args.dry_run:
         argv = [*check, "--engine", "transformers", "--config", str(REPO / "configs" / "tiny.yaml"), "--set",
-                "rollout.sampler_dtype=bfloat16", "--set", "rollout.max_new_tokens=8", "--set",
+                "speed.sampler_dtype=bfloat16", "--set", "rollout.max_new_tokens=8", "--set",
                 "train.learning_rate=0.05"]
         note = "dry run: the transformers engine's bfloat16 sampler copy stands in for vLLM; sleep mode needs CUDA"
     else:

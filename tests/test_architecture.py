@@ -33,13 +33,15 @@ PACKAGE = "fspo_lite"
 LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere). The stages
     # are folders: data -> rollout -> scoring -> update, with logs below the update that writes them.
-    ("core: the config (its schema, loading and checks), the pure math and text functions, the process's memory "
-     "allocator, the machine's CPU, JSON lines, run-folder locks, atomic writes",
+    ("core: the config (its schema, loading and checks), the pure math and text functions, memory given back, the "
+     "machine's description, JSON lines, run-folder locks, atomic writes",
      ["config", "config_load", "config_checks", "algos", "text", "stats", "memory", "machine", "jsonl", "run_lock",
       "atomic"]),
     ("data: examples, the data folder, the training set, prompts, gold labels", ["data"]),
-    ("models: the policy, its shared-prompt cache and log-probabilities", ["models"]),
-    ("rollout: prompts in, sampled completions out", ["rollout"]),
+    ("models: the policy and the reference log-prob pass", ["models"]),
+    ("rollout: prompts in, sampled completions out (the reference transformers engine)", ["rollout"]),
+    ("speed: the fast rollout engine and log-prob pass behind the two seams, and the factories that pick them",
+     ["speed"]),
     ("scoring: grading, verification, rewards, advantages", ["scoring"]),
     ("logs: a run's metrics and samples", ["logs"]),
     ("update: the training loop, checkpoints, processes, sharding", ["update"]),
@@ -338,6 +340,28 @@ def test_the_fspo_path_reads_in_at_most_five_files():
     files = path_files(FSPO_PATH)
     assert len(files) <= MAX_PATH_FILES, f"the FSPO path spans {len(files)} files: {files}"
     assert unreached(FSPO_PATH) == [], "functions on the FSPO path that no earlier one calls"
+
+
+HARDWARE_WORDS = ("GenuineIntel", "AuthenticAMD", "cpu_vendor", "mallopt", "malloc", "os.environ", "getenv",
+                  "TRANSFORMERS_SDPA", "MKL", "_mkl", "fused_lora", "prompt_cache", "llama_step", "allocator",
+                  "keep_freed_memory")
+"""What no file of the FSPO path may name: a CPU vendor, an allocator, an environment variable, or one of the speed
+wing's modules (the trainer reaches those only through `fspo_lite.speed`'s factories)."""
+
+
+def hardware_words(text: str) -> list[str]:
+    return [word for word in HARDWARE_WORDS if word in text]
+
+
+def test_the_fspo_path_names_no_hardware_trick(package):
+    _, edges, _ = package
+    files = path_files(FSPO_PATH)
+    found = {name: hardware_words((ROOT / name).read_text(encoding="utf-8")) for name in files}
+    assert {name: words for name, words in found.items() if words} == {}
+    speed = sorted({edge.target for edge in edges if edge.source in {module_name(ROOT / f, ROOT) for f in files}
+                    and edge.target.startswith(f"{PACKAGE}.speed")})
+    assert speed == [f"{PACKAGE}.speed"]  # the factories of the package itself, none of its modules
+    assert hardware_words("x = os.environ['A']  # mallopt") == ["mallopt", "os.environ"]  # the check can fail
 
 
 def test_the_path_checker_fails_on_a_longer_or_broken_path():

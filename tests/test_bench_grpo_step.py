@@ -59,7 +59,7 @@ def test_summary_line_is_one_line_with_every_model():
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc/self/clear_refs")
 def test_peak_rss_reset_forgets_an_earlier_peak():
     # 64 MiB mapped and touched, then unmapped: back to the OS whatever malloc keeps (an earlier Trainer in this
-    # process may have set train.keep_freed_memory's options)
+    # process may have set speed.keep_freed_memory's options)
     block = mmap.mmap(-1, 64 * 1024 * 1024)
     for offset in range(0, len(block), mmap.PAGESIZE):
         block[offset] = 1
@@ -99,9 +99,9 @@ def test_trl_subclass_replaces_advantages_with_token_advantages(monkeypatch):
 
 
 def test_the_sampler_dtype_option_reaches_fspo_lites_config_only(tmp_path):
-    """--sampler-dtype bfloat16 sets fspo-lite's rollout.sampler_dtype with its log-probs as pi_old (a valid config);
+    """--sampler-dtype bfloat16 sets fspo-lite's speed.sampler_dtype with its log-probs as pi_old (a valid config);
     the default leaves both at the policy's own weights."""
     plain = grpo_step.fspo_config(grpo_step.BenchSettings(), str(tmp_path))
-    assert plain.rollout.sampler_dtype == "policy" and not plain.rollout.use_sampler_logprobs
+    assert plain.speed.sampler_dtype == "policy" and not plain.rollout.use_sampler_logprobs
     lower = grpo_step.fspo_config(grpo_step.BenchSettings(sampler_dtype="bfloat16"), str(tmp_path))
-    assert lower.rollout.sampler_dtype == "bfloat16" and lower.rollout.use_sampler_logprobs
+    assert lower.speed.sampler_dtype == "bfloat16" and lower.rollout.use_sampler_logprobs

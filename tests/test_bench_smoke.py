@@ -43,7 +43,7 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     out = tmp_path / "grpo_step.jsonl"
     stdout = run("bench/grpo_step.py", "--models", "tiny", "--steps", "1", "--warmup", "0", "--overhead-steps", "1",
                  "--max-new-tokens", "4", "--threads", "1", "--trl-keep-freed-memory", "--omp-wait-policy", "active",
-                 "--set", "rollout.packed_weights=false", "--out", str(out))
+                 "--set", "speed.packed_weights=false", "--out", str(out))
     line = json.loads(out.read_text())
     result = line["results"]["tiny"]
     # asked for ACTIVE over the environment's PASSIVE (run() sets it): both workers were started with it
@@ -59,7 +59,7 @@ def test_grpo_step_runs_both_trainers_for_one_step(tmp_path):
     assert result["versions"]["trl"]
     assert result["trl"]["keep_freed_memory"] is sys.platform.startswith("linux")  # glibc here; asked for
     assert stdout.splitlines()[-1].startswith("RATIOS tiny: time ")
-    assert result["settings"]["fspo_settings"] == ["rollout.packed_weights=false"]  # recorded with the figures
+    assert result["settings"]["fspo_settings"] == ["speed.packed_weights=false"]  # recorded with the figures
     assert line["machine"].endswith(f", {os.cpu_count()} cores") and stdout.startswith(f"machine: {line['machine']}")
 
 

@@ -27,12 +27,40 @@ def test_unknown_key_lists_valid_keys():
         config_from_dict({"trainer": {}})
 
 
+@pytest.mark.parametrize("old, new", [("train.fused_lora", "speed.fused_lora"),
+                                      ("rollout.packed_weights", "speed.packed_weights"),
+                                      ("rollout.drop_ended_rows", "speed.drop_ended_rows"),
+                                      ("train.keep_freed_memory", "speed.keep_freed_memory")])
+def test_a_key_moved_to_the_speed_section_is_refused_in_one_line_naming_its_new_name(old, new):
+    from fspo_lite.config import SpeedConfig
+    from fspo_lite.config_load import MOVED_KEYS
+
+    section, key = old.split(".")
+    for attempt in (lambda: config_from_dict({section: {key: True}}),
+                    lambda: apply_overrides(Config(), [f"{old}=true"]), lambda: Config(**{section: {key: True}})):
+        with pytest.raises(ConfigError) as error:
+            attempt()
+        assert str(error.value) == f"config key '{old}' is now '{new}' (the speed section); rename it"
+    assert set(MOVED_KEYS.values()) == {f"speed.{name}" for name in vars(SpeedConfig()) if name != "mode"}
+    assert getattr(config_from_dict({"speed": {key: False}}).speed, key) is False  # the new name is taken
+
+
+def test_speed_mode_off_as_yaml_reads_it(tmp_path):
+    path = tmp_path / "speed.yaml"
+    path.write_text("speed:\n  mode: off\n")  # YAML's false
+    assert load_config(path).speed.mode == "off"
+    assert load_config(None, ["speed.mode=off"]).speed.mode == "off"
+    assert load_config(None, ["speed.mode=auto"]).speed.mode == "auto"
+    with pytest.raises(ConfigError, match=r"speed.mode=True is out of range|speed.mode: expected a string"):
+        load_config(None, ["speed.mode=true"])
+
+
 @pytest.mark.parametrize(
     "values, message",
     [({"train": {"steps": "many"}}, "integer"), ({"train": {"steps": 2.5}}, "integer"),
      ({"model": {"lora": "maybe"}}, "true/false"), ({"train": {"beta": [1]}}, "number"),
      ({"train": 3}, "section"), ({"model": {"name": 5}}, "string"),
-     ({"rollout": {"packed_weights": "maybe"}}, r"packed_weights: expected true/false or null, got 'maybe'$"),
+     ({"speed": {"packed_weights": "maybe"}}, r"packed_weights: expected true/false or null, got 'maybe'$"),
      ({"train": {"steps": "x"}}, r"expected an integer, got 'x'$")],
 )
 def test_wrong_types_are_errors(values, message):

@@ -1,4 +1,4 @@
-"""decode's preallocated KV cache (fspo_lite.rollout.decoding.preallocate): the same tokens as the concatenating cache,
+"""decode's preallocated KV cache (fspo_lite.speed.decoding.preallocate): the same tokens as the concatenating cache,
 written in place (no copy of the cache per step), and right after rows leave the pass."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fspo_lite.config import ModelConfig, RolloutConfig
-from fspo_lite.rollout.decoding import decode, preallocate, preallocated_layer_class
+from fspo_lite.speed.decoding import decode, preallocate, preallocated_layer_class
 from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.models.policy import load_policy
 
@@ -77,7 +77,8 @@ def test_decode_gives_the_same_tokens_with_and_without_preallocation(tiny, compa
 def test_min_new_tokens_matches_generate_and_the_rollout_uses_decode_for_it(tiny):
     """generate_kwargs={"min_new_tokens": N} (bench/grpo_step.py forces the length so) stays on `decode`, with the
     tokens `generate` draws: no EOS before N tokens, the same random draws."""
-    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+    from fspo_lite.config import SpeedConfig
+    from fspo_lite.speed.rollout import FastTransformersRollout
 
     model, tokenizer = tiny
     prompts = ["a b c", "question one two three four", "x", "the quick brown fox"]
@@ -95,8 +96,8 @@ def test_min_new_tokens_matches_generate_and_the_rollout_uses_decode_for_it(tiny
     assert not torch.isin(mine[:, :9], torch.tensor(eos)).any()
 
     calls = []
-    engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=6),
-                                 generate_kwargs={"min_new_tokens": 6})
+    engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=6), SpeedConfig(),
+                                     generate_kwargs={"min_new_tokens": 6})
     original = model.generate
     model.generate = lambda *args, **kwargs: calls.append(kwargs) or original(*args, **kwargs)
     try:

@@ -1,16 +1,19 @@
-"""Decoding with ended rows taken out of the pass (fspo_lite.rollout.decoding): the same tokens and the same random stream
-as `model.generate`, hand-computed logits processing, and the cases where the rollout keeps `generate`."""
+"""The decoding loops: the reference loop (fspo_lite.rollout.decoding.sample) and the fast one with ended rows taken out
+of the pass (fspo_lite.speed.decoding.decode) give the same tokens and the same random stream as `model.generate`;
+hand-computed logits processing and draws; the cases where the engines keep `generate`."""
 
 import math
 
 import pytest
 import torch
 
-from fspo_lite.config import ModelConfig, RolloutConfig
-from fspo_lite.rollout.decoding import DRAWS, decode, draw_tokens, plain_sampling, process_logits, race_tokens
-from fspo_lite.rollout.sampling import Sampling
+from fspo_lite.config import ModelConfig, RolloutConfig, SpeedConfig
 from fspo_lite.models.policy import load_policy
+from fspo_lite.rollout.decoding import DRAWS, draw_tokens, plain_sampling, process_logits, race_tokens, sample
+from fspo_lite.rollout.sampling import Sampling
 from fspo_lite.rollout.transformers_rollout import TransformersRollout, eos_ids
+from fspo_lite.speed.decoding import decode
+from fspo_lite.speed.rollout import FastTransformersRollout
 
 PROMPTS = ["Question: which river flows through Paris? Answer:", "Q: 2+2?", "Name a metal that is liquid at room temperature."]
 
@@ -27,8 +30,9 @@ def ending_ids(tokenizer, share: int = 6) -> list[int]:
     return list(range(0, len(tokenizer), share))
 
 
-def both(model, tokenizer, eos, do_sample, temperature=0.7, top_p=1.0, max_new_tokens=24, samples=3, **options):
-    """(generate's new tokens, decode's new tokens), each from the same seed, and whether the random stream
+def both(model, tokenizer, eos, do_sample, temperature=0.7, top_p=1.0, max_new_tokens=24, samples=3, loop=decode,
+         **options):
+    """(generate's new tokens, the loop's new tokens), each from the same seed, and whether the random stream
     ends in the same state."""
     rows = [p for p in PROMPTS for _ in range(samples)]
     encoded = tokenizer(rows, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
@@ -40,8 +44,8 @@ def both(model, tokenizer, eos, do_sample, temperature=0.7, top_p=1.0, max_new_t
                                **sampling)[:, encoded["input_ids"].shape[1]:]
     after_reference = torch.rand(4)
     torch.manual_seed(3)
-    mine = decode(model, encoded["input_ids"], encoded["attention_mask"],
-                  Sampling(max_new_tokens, eos, do_sample, temperature, top_p, draw="multinomial"), pad, **options)
+    mine = loop(model, encoded["input_ids"], encoded["attention_mask"],
+                Sampling(max_new_tokens, eos, do_sample, temperature, top_p, draw="multinomial"), pad, **options)
     return reference, mine, torch.equal(after_reference, torch.rand(4))
 
 
@@ -56,8 +60,17 @@ def test_decode_gives_generates_tokens_and_random_stream(tiny, do_sample, top_p,
     assert torch.equal(reference, mine) and same_stream
 
 
+@pytest.mark.parametrize("do_sample,top_p", [(True, 1.0), (True, 0.8), (False, 1.0)])
+def test_the_reference_loop_gives_generates_tokens_and_random_stream(tiny, do_sample, top_p):
+    model, tokenizer = tiny
+    reference, mine, same_stream = both(model, tokenizer, ending_ids(tokenizer), do_sample, top_p=top_p, loop=sample)
+    lengths = (reference != tokenizer.pad_token_id).sum(1)
+    assert lengths.min() < lengths.max()
+    assert torch.equal(reference, mine) and same_stream
+
+
 def test_decode_on_a_prefilled_cache_gives_generates_tokens(tiny):
-    from fspo_lite.models.prompt_cache import distinct_prompts, shared_prompt_pass
+    from fspo_lite.speed.prompt_cache import distinct_prompts, shared_prompt_pass
 
     model, tokenizer = tiny
     rows = [p for p in PROMPTS for _ in range(3)]
@@ -81,8 +94,9 @@ def test_rollout_is_the_same_with_and_without_dropping_ended_rows(tiny):
         rollouts = []
         for drop in (False, True):
             torch.manual_seed(11)
-            engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=16, temperature=0.9, draw="multinomial",
-                                                                         generation_batch_size=4, drop_ended_rows=drop))
+            engine = FastTransformersRollout(model, tokenizer, RolloutConfig(
+                max_new_tokens=16, temperature=0.9, draw="multinomial", generation_batch_size=4),
+                SpeedConfig(drop_ended_rows=drop))
             rollouts.append(engine.generate(PROMPTS, 3))
     finally:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -116,8 +130,9 @@ def test_transformers_warpers_agree_with_process_logits():
 def test_sampling_at_temperature_zero_is_refused(tiny):
     model, tokenizer = tiny
     ids = torch.tensor([[1, 2, 3]])
-    with pytest.raises(ValueError, match="temperature above 0"):
-        decode(model, ids, torch.ones_like(ids), Sampling(4, [0], do_sample=True, temperature=0.0), 0)
+    for loop in (decode, sample):
+        with pytest.raises(ValueError, match="temperature above 0"):
+            loop(model, ids, torch.ones_like(ids), Sampling(4, [0], do_sample=True, temperature=0.0), 0)
 
 
 def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
@@ -132,13 +147,16 @@ def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
     try:
         texts = []
         for drop in (False, True):
-            engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24, drop_ended_rows=drop))
+            engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24),
+                                             SpeedConfig(drop_ended_rows=drop))
             texts.append(engine.generate(PROMPTS, 1, do_sample=False).completion_ids)
+        reference = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24))
+        texts.append(reference.generate(PROMPTS, 1, do_sample=False).completion_ids)
         model.generation_config.repetition_penalty = 1.0
         without_penalty = engine.generate(PROMPTS, 1, do_sample=False).completion_ids
     finally:
         model.generation_config.repetition_penalty = 1.0
-    assert torch.equal(texts[0], texts[1])  # the penalty is applied on both paths: generate was used
+    assert torch.equal(texts[0], texts[1]) and torch.equal(texts[0], texts[2])  # generate was used every time
     assert not torch.equal(texts[1], without_penalty)
 
 
@@ -154,8 +172,9 @@ def test_real_model_samples_the_same_tokens():
     rollouts = []
     for drop in (False, True):
         torch.manual_seed(0)
-        engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=48, temperature=0.7,
-                                                                     drop_ended_rows=drop, draw="multinomial"))
+        engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=48, temperature=0.7,
+                                                                         draw="multinomial"),
+                                         SpeedConfig(drop_ended_rows=drop))
         rollouts.append(engine.generate(prompts, 4))
     lengths = rollouts[0].completion_lengths
     assert lengths.min() < lengths.max()

@@ -1,6 +1,6 @@
-"""The update's faster passes that change no number: LoRA projections as one autograd node (models.fused_lora),
-grouped key/value heads inside torch's attention kernel (models.attention), malloc keeping freed memory
-(fspo_lite.memory)."""
+"""The update's faster passes that change no number: LoRA projections as one autograd node (fspo_lite.speed.fused_lora),
+grouped key/value heads inside torch's attention kernel (fspo_lite.speed.attention), malloc keeping freed memory
+(fspo_lite.speed.allocator)."""
 
 import copy
 import os
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from fspo_lite.config import load_config
-from fspo_lite.models import attention
-from fspo_lite.models.fused_lora import fused_lora, lora_linear, plain_adapter
+from fspo_lite.speed import attention
+from fspo_lite.speed.fused_lora import fused_lora, lora_linear, plain_adapter
 from fspo_lite.models.policy import load_policy
 
 
@@ -196,7 +196,7 @@ def test_keep_freed_memory_keeps_a_freed_large_tensor_in_the_process():
     happens to sit below other blocks, the fault counts of the defaults vary from machine to machine."""
     script = textwrap.dedent("""
         import resource, sys, torch
-        from fspo_lite.memory import keep_freed_memory
+        from fspo_lite.speed.allocator import keep_freed_memory
         kept = keep_freed_memory() if sys.argv[1] == "keep" else None
         def resident():
             with open("/proc/self/statm") as statm:
@@ -224,7 +224,7 @@ def test_blocks_made_outside_the_kept_heap_go_back_to_the_os():
     goes back to the OS; made outside, it stays in the process (as the test above shows for keep_freed_memory)."""
     script = textwrap.dedent("""
         import resource, torch
-        from fspo_lite.memory import blocks_from_the_os, keep_freed_memory
+        from fspo_lite.speed.allocator import blocks_from_the_os, keep_freed_memory
         assert keep_freed_memory()
         def resident():
             with open("/proc/self/statm") as statm:
@@ -249,7 +249,7 @@ def test_blocks_made_outside_the_kept_heap_go_back_to_the_os():
 
 
 def test_the_trainer_update_is_the_same_with_the_faster_passes_on_or_off(tmp_path, tiny_policy):
-    """train.fused_lora and train.grouped_query_sdpa change an update by float rounding only: the same loss, KL and
+    """speed.fused_lora and speed.grouped_query_sdpa change an update by float rounding only: the same loss, KL and
     entropy (the forward passes are the same numbers), the adapter after the optimizer step within rounding."""
     from fspo_lite.data.examples import QAExample
     from fspo_lite.update.trainer import Trainer
@@ -264,7 +264,7 @@ def test_the_trainer_update_is_the_same_with_the_faster_passes_on_or_off(tmp_pat
                 if "lora_B" in name:
                     parameter.copy_(torch.linspace(-0.05, 0.05, parameter.numel()).view_as(parameter))
         config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path / str(faster)}",
-                                                   f"train.fused_lora={faster}", f"train.grouped_query_sdpa={faster}",
+                                                   f"speed.fused_lora={faster}", f"speed.grouped_query_sdpa={faster}",
                                                    "train.beta=0.1", "train.micro_batch_size=2",
                                                    "train.learning_rate=1e-2"])
         trainer = Trainer(config, model, tiny_policy[1], examples, progress=False)
@@ -288,16 +288,16 @@ def test_the_trainer_update_is_the_same_with_the_faster_passes_on_or_off(tmp_pat
 def test_packed_weights_land_outside_the_kept_heap_even_when_it_has_room():
     """With freed memory kept and 800 MB of resident free space in the heap, packing SmolLM2's output layer (113 MB)
     takes fresh pages (its written part becomes resident) instead of taking that free space, which the training step
-    would otherwise have to grow the heap to get back (fspo_lite.memory.made_apart). Made in the main thread, as
+    would otherwise have to grow the heap to get back (fspo_lite.speed.allocator.made_apart). Made in the main thread, as
     before the fix, the pack would cost about 1 MB of new resident memory here."""
-    from fspo_lite.rollout.llama_step import mkl_packing_available
+    from fspo_lite.speed.llama_step import mkl_packing_available
 
     if not mkl_packing_available():
         pytest.skip("this torch has no MKL packed product")
     script = textwrap.dedent("""
         import resource, torch
-        from fspo_lite.memory import keep_freed_memory
-        from fspo_lite.rollout.llama_step import WeightPacks
+        from fspo_lite.speed.allocator import keep_freed_memory
+        from fspo_lite.speed.llama_step import WeightPacks
         assert keep_freed_memory()
         def resident():
             with open("/proc/self/statm") as statm:

@@ -1,4 +1,4 @@
-"""fspo_lite.rollout.llama_step: one decoding step in plain torch calls gives the model's own logits bit for bit,
+"""fspo_lite.speed.llama_step: one decoding step in plain torch calls gives the model's own logits bit for bit,
 and is refused wherever it would not (an active adapter, another attention, another architecture); with weights
 packed for MKL, the same logits up to float rounding."""
 
@@ -7,16 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from fspo_lite.config import ModelConfig
-from fspo_lite.models.lora_merge import merged_lora_weights
-from fspo_lite.models.policy import load_policy, tiny_model_config
-from fspo_lite.models.prompt_cache import prompt_positions
-from fspo_lite.rollout.decoding import decode, preallocate
-from fspo_lite.rollout import llama_step as llama_step_module
-from fspo_lite.rollout.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,
-                                          mkl_packing_available, packing_applies, wants_packed_weights,
-                                          weight_packs_for)
 from fspo_lite.machine import cpuinfo_fields
+from fspo_lite.models.logprobs import prompt_positions
+from fspo_lite.models.policy import load_policy, tiny_model_config
 from fspo_lite.rollout.sampling import Sampling
+from fspo_lite.speed import llama_step as llama_step_module
+from fspo_lite.speed.decoding import decode, preallocate
+from fspo_lite.speed.llama_step import (LlamaStep, Projection, WeightPacks, _low_rank, llama_step,
+                                        mkl_packing_available, packing_applies, wants_packed_weights,
+                                        weight_packs_for)
+from fspo_lite.speed.lora_merge import merged_lora_weights
 
 
 def tiny_model(config_class=None, **overrides):
@@ -232,17 +232,19 @@ def test_packing_is_refused_where_it_would_not_compute_the_models_logits():
 
 @needs_mkl
 def test_the_engines_of_one_model_share_kept_packs_and_give_the_same_greedy_tokens():
-    from fspo_lite.config import RolloutConfig
-    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+    from fspo_lite.config import RolloutConfig, SpeedConfig
+    from fspo_lite.speed.rollout import FastTransformersRollout
 
     policy, tokenizer = lora_policy()
     texts = {}
     for packed in (False, True):
-        engine = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8, packed_weights=packed))
+        engine = FastTransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8),
+                                         SpeedConfig(packed_weights=packed))
         texts[packed] = engine.generate(["one two three", "a b"], 2, do_sample=False).texts
         assert bool(weight_packs_for(policy)._packs) == packed  # packs made, and only when asked for
     kept = dict(weight_packs_for(policy)._packs)
-    other = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8))  # e.g. the evaluation's engine
+    other = FastTransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=8),
+                                    SpeedConfig(packed_weights=True))  # e.g. the evaluation's engine
     other.generate(["one two three"], 1, do_sample=False)
     assert all(weight_packs_for(policy)._packs[k][3] is v[3] for k, v in kept.items())  # the same packs again
     assert texts[True] == texts[False]
@@ -273,10 +275,10 @@ def test_packed_weights_default_packs_on_intel_only_and_true_or_false_force_it(m
 
 
 def test_the_default_engine_packs_by_the_vendor_rule(monkeypatch):
-    """rollout.packed_weights=null through TransformersRollout: packs made for the bundled model on an 'Intel' CPU,
+    """speed.packed_weights=null through FastTransformersRollout: packs made for the bundled model on an 'Intel' CPU,
     none on an 'AMD' one (merged LoRA copies instead), and the same greedy tokens either way."""
-    from fspo_lite.config import RolloutConfig, load_config
-    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+    from fspo_lite.config import RolloutConfig, SpeedConfig, load_config
+    from fspo_lite.speed.rollout import FastTransformersRollout
 
     if not mkl_packing_available():
         pytest.skip("this torch has no MKL packed product")
@@ -284,12 +286,13 @@ def test_the_default_engine_packs_by_the_vendor_rule(monkeypatch):
     policy, tokenizer = load_policy(config.model)
     made = []
     real = llama_step_module.weight_packs_for
-    monkeypatch.setattr("fspo_lite.rollout.transformers_rollout.weight_packs_for",
+    monkeypatch.setattr("fspo_lite.speed.rollout.weight_packs_for",
                         lambda model: made.append(model) or real(model))
     tokens = {}
     for vendor in ("GenuineIntel", "AuthenticAMD"):
         monkeypatch.setattr(llama_step_module, "cpu_vendor", lambda vendor=vendor: vendor)
-        engine = TransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=6), progress=False)
+        engine = FastTransformersRollout(policy, tokenizer, RolloutConfig(max_new_tokens=6), SpeedConfig(),
+                                         progress=False)
         tokens[vendor] = engine.generate(["The capital of France is"], num_samples=2, do_sample=False).completion_ids
         assert len(made) == 1  # packed for the Intel run only
     assert torch.equal(tokens["GenuineIntel"], tokens["AuthenticAMD"])

@@ -1,12 +1,12 @@
-"""Generation with the LoRA adapter merged into new weight tensors (models.merged_lora_weights)."""
+"""Generation with the LoRA adapter merged into new weight tensors (fspo_lite.speed.lora_merge.merged_lora_weights)."""
 
 import pytest
 import torch
 
-from fspo_lite.config import RolloutConfig, load_config
-from fspo_lite.models.lora_merge import merged_lora_weights
+from fspo_lite.config import RolloutConfig, SpeedConfig, load_config
+from fspo_lite.speed.lora_merge import merged_lora_weights
 from fspo_lite.models.policy import load_policy
-from fspo_lite.rollout.transformers_rollout import TransformersRollout
+from fspo_lite.speed.rollout import FastTransformersRollout
 
 
 def _policy(*overrides):
@@ -75,8 +75,8 @@ def test_greedy_rollout_is_the_same_with_the_adapter_merged(policy):
     prompts = ["Question: which river flows through Paris? Answer:", "Q: 2+2?"]
     rollouts = []
     for merge in (False, True):
-        rollout = RolloutConfig(max_new_tokens=10, merge_lora_for_generation=merge)
-        engine = TransformersRollout(model, tokenizer, rollout)
+        engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=10),
+                                         SpeedConfig(merge_lora_for_generation=merge))
         rollouts.append(engine.generate(prompts, 2, do_sample=False))
     assert torch.equal(rollouts[0].completion_ids, rollouts[1].completion_ids)
 
@@ -85,7 +85,7 @@ def test_plain_lora_adapter_takes_only_scaling_times_b_of_a():
     """The one check the merge and the packed decoding step share: DoRA and a LoRA bias are refused, per adapter."""
     from peft import LoraConfig, get_peft_model
 
-    from fspo_lite.models.lora_merge import plain_lora_adapter
+    from fspo_lite.speed.lora_merge import plain_lora_adapter
     from fspo_lite.models.policy import load_model
 
     def first_lora_layer(**options):

@@ -1,14 +1,15 @@
-"""One pass per distinct prompt (fspo_lite.models.prompt_cache): grouping, and equality with the full pass
+"""One pass per distinct prompt (fspo_lite.speed.prompt_cache): grouping, and equality with the full pass
 in log-probs, entropies, gradients, greedy rollouts and a whole training step."""
 
 import pytest
 import torch
 
-from fspo_lite.config import RolloutConfig, load_config
-from fspo_lite.models.logprobs import completion_logprobs
+from fspo_lite.config import RolloutConfig, SpeedConfig, load_config
+from fspo_lite.models.logprobs import prompt_positions
 from fspo_lite.models.policy import load_policy
-from fspo_lite.models.prompt_cache import distinct_prompts, prompt_positions, shares_prompt_pass, uses_gradient_checkpointing
-from fspo_lite.rollout.transformers_rollout import TransformersRollout
+from fspo_lite.speed.logprobs import fast_completion_logprobs as completion_logprobs
+from fspo_lite.speed.prompt_cache import distinct_prompts, shares_prompt_pass, uses_gradient_checkpointing
+from fspo_lite.speed.rollout import FastTransformersRollout
 from fspo_lite.update.trainer import Trainer
 
 
@@ -49,8 +50,8 @@ def tiny_lora():
 
 def _rollout(model, tokenizer, share: bool, max_new_tokens: int = 10):
     # prompts of different lengths (left padding), 3 samples each, greedy so both paths must agree exactly
-    rollout = RolloutConfig(max_new_tokens=max_new_tokens, share_prompt_prefill=share)
-    engine = TransformersRollout(model, tokenizer, rollout)
+    engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=max_new_tokens),
+                                     SpeedConfig(share_prompt_prefill=share))
     return engine.generate(["Question: which river flows through Paris? Answer:", "Q: 2+2?"], 3, do_sample=False)
 
 
@@ -111,9 +112,9 @@ def _trainer(tmp_path, *overrides):
 def test_training_step_is_the_same_with_shared_prompt_passes(tmp_path):
     states = []
     for share in (False, True):
-        trainer = _trainer(tmp_path / str(share), f"train.share_prompt_pass={share}",
-                           f"rollout.share_prompt_prefill={share}", "train.beta=0.1")
-        assert trainer.share_prompts is share
+        trainer = _trainer(tmp_path / str(share), f"speed.share_prompt_pass={share}",
+                           f"speed.share_prompt_prefill={share}", "train.beta=0.1")
+        assert trainer.logprob_pass.share_prompts is share
         metrics = trainer.train_step()
         states.append((metrics, {k: v.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}))
     (full_metrics, full_state), (metrics, state) = states
@@ -127,32 +128,32 @@ def test_training_step_is_the_same_with_shared_prompt_passes(tmp_path):
 def test_gradient_checkpointing_turns_the_shared_pass_off(tmp_path):
     trainer = _trainer(tmp_path, "model.gradient_checkpointing=true")
     assert uses_gradient_checkpointing(trainer.model)
-    assert trainer.share_prompts is False
+    assert trainer.logprob_pass.share_prompts is False
     assert torch.isfinite(torch.tensor(trainer.train_step()["loss"]))  # the full pass runs, no cache needed
 
 
 def test_engine_factory_leaves_the_shared_prefill_out_for_sharded_weights_and_unsloth(tmp_path, tiny_lora):
     from types import SimpleNamespace
 
-    from fspo_lite.rollout.engines import build_rollout_engine
+    from fspo_lite.speed import build_rollout_engine
 
     model, tokenizer = tiny_lora
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}"])
     one_process = SimpleNamespace(shards_weights=False, generation_kwargs=lambda: {})
     sharded = SimpleNamespace(shards_weights=True, generation_kwargs=lambda: {"synced_gpus": True})
     def switches(dist):
-        engine = build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
-                                      config.data.max_prompt_tokens, dist)
-        return engine.rollout.share_prompt_prefill, engine.rollout.drop_ended_rows
+        speed = getattr(build_rollout_engine(model, tokenizer, config, dist), "speed", None)  # None: the reference
+        return (speed.share_prompt_prefill, speed.drop_ended_rows) if speed else (False, False)
 
     assert switches(one_process) == (True, True)
     assert switches(sharded) == (False, False)
     config.model.backend = "unsloth"
     assert switches(one_process) == (False, False)
     config.model.backend = "transformers"
-    config.rollout.share_prompt_prefill = False
+    config.speed.share_prompt_prefill = False
     assert switches(one_process) == (False, True)
-    assert config.rollout.drop_ended_rows is True  # the engine turns its own copy's switches off, not the config's
+    config.speed.mode = "off"
+    assert switches(one_process) == (False, False)
 
 
 def test_shared_prompt_pass_rule(tiny_lora):
@@ -166,12 +167,12 @@ def test_shared_prompt_pass_rule(tiny_lora):
     config.model.backend = "unsloth"
     assert shares_prompt_pass(config, 1, model) is False
     config.model.backend = "transformers"
-    config.train.share_prompt_pass = False
+    config.speed.share_prompt_pass = False
     assert shares_prompt_pass(config, 1, model) is False
 
 
-# ---- the common prompt start, encoded once (rollout.share_prompt_prefix) ------------------------------------
-from fspo_lite.models.prompt_cache import common_prefix_length, shared_prefix_prefill  # noqa: E402
+# ---- the common prompt start, encoded once (speed.share_prompt_prefix) ------------------------------------
+from fspo_lite.speed.prompt_cache import common_prefix_length, shared_prefix_prefill  # noqa: E402
 
 DEMO = ("You are a careful assistant. Think inside <think> </think>, then answer inside <answer> </answer>.\n"
         "Q: What is the capital of France?\nA: <think>France's capital is Paris.</think><answer>Paris</answer>\n")
@@ -209,7 +210,8 @@ def test_shared_prefix_cache_equals_the_full_pass(tiny_lora, samples):
 
 
 def _long_rollout(model, tokenizer, share_prefix: bool, samples: int = 2, do_sample: bool = False):
-    engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=8, share_prompt_prefix=share_prefix))
+    engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=8),
+                                     SpeedConfig(share_prompt_prefix=share_prefix))
     torch.manual_seed(0)
     return engine.generate(LONG_PROMPTS, samples, do_sample=do_sample)
 
@@ -247,14 +249,15 @@ def test_real_model_answers_the_same_with_a_shared_prompt_start():
     prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]
     texts = []
     for share in (False, True):
-        engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24, share_prompt_prefix=share))
+        engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=24),
+                                         SpeedConfig(share_prompt_prefix=share))
         texts.append(engine.generate(prompts, 2, do_sample=False).texts)
     assert texts[0] == texts[1]
 
 
 @pytest.mark.parametrize("samples", [1, 3])
 def test_logprobs_and_gradients_with_a_shared_prompt_start_match_the_full_pass(tiny_lora, samples):
-    """The update's passes (completion_logprobs, share_prompts=True) encode the common start once, with gradients."""
+    """The update's passes (fast_completion_logprobs, share_prompts=True) encode the common start once, with gradients."""
     model, tokenizer = tiny_lora
     rollout = _long_rollout(model, tokenizer, False, samples=samples, do_sample=True)
     mask = rollout.completion_mask.clone()
@@ -289,7 +292,7 @@ def test_logprobs_and_gradients_with_a_shared_prompt_start_match_the_full_pass(t
 def test_select_cache_rows_selects_like_transformers_and_sums_the_gradients_in_the_same_way():
     from transformers import DynamicCache
 
-    from fspo_lite.models.prompt_cache import select_cache_rows
+    from fspo_lite.speed.prompt_cache import select_cache_rows
 
     torch.manual_seed(0)
     keys = torch.randn(2, 3, 5, 4, requires_grad=True)
@@ -310,7 +313,7 @@ def test_select_cache_rows_selects_like_transformers_and_sums_the_gradients_in_t
 
 
 def test_select_cache_rows_leaves_other_layer_kinds_to_their_own_method():
-    from fspo_lite.models.prompt_cache import select_cache_rows
+    from fspo_lite.speed.prompt_cache import select_cache_rows
 
     class Layer:
         pass
@@ -328,7 +331,7 @@ def test_select_cache_rows_leaves_other_layer_kinds_to_their_own_method():
 
 
 def test_the_shared_start_runs_once_per_update_with_the_gradients_of_one_pass_per_micro_batch(tmp_path):
-    from fspo_lite.models.prompt_cache import prefix_pass
+    from fspo_lite.speed.prompt_cache import prefix_pass
 
     trainer = _trainer(tmp_path, "train.micro_batch_size=2")
     torch.manual_seed(0)
@@ -349,7 +352,7 @@ def test_the_shared_start_runs_once_per_update_with_the_gradients_of_one_pass_pe
         start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if shared else None
         batches = trainer._micro_batches(rollout)
         for rows, width in batches:
-            logp, _ = trainer._logprobs(model, rollout, rows, width, shared_start=start)
+            logp, _ = trainer.logprob_pass.logprobs(model, rollout, rows, width, shared_start=start)
             (logp * torch.linspace(-1, 1, logp.numel()).view_as(logp)).sum().backward()
         if start is not None:
             start.backward()
@@ -367,7 +370,7 @@ def test_the_shared_start_runs_once_per_update_with_the_gradients_of_one_pass_pe
 
 
 def test_no_prefix_pass_for_a_short_common_start(tiny_policy):
-    from fspo_lite.models.prompt_cache import MIN_SHARED_PREFIX, prefix_pass
+    from fspo_lite.speed.prompt_cache import MIN_SHARED_PREFIX, prefix_pass
 
     model, _ = tiny_policy
     ids = torch.tensor([[5] * (MIN_SHARED_PREFIX - 1) + [7, 8], [5] * (MIN_SHARED_PREFIX - 1) + [9, 8]])

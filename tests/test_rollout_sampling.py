@@ -26,14 +26,17 @@ def test_an_engine_keeps_its_own_copy_of_the_section():
     assert engine.rollout.temperature == 0.5 and engine.sampling([0]).temperature == 0.5
 
 
-def test_transformers_engine_turns_its_switches_off_for_sharded_or_unsloth_models():
+def test_sharded_or_unsloth_models_get_the_reference_engine_and_generate():
+    from fspo_lite.config import SpeedConfig
+    from fspo_lite.speed import transformers_engine
+    from fspo_lite.speed.rollout import FastTransformersRollout
+
     section = RolloutConfig(generation_batch_size=12)
-    plain = TransformersRollout(None, None, section)
-    other = TransformersRollout(None, None, section, plain_model=False)
-    switches = ("share_prompt_prefill", "merge_lora_for_generation", "share_prompt_prefix", "drop_ended_rows")
-    assert all(getattr(plain.rollout, name) for name in switches)
-    assert not any(getattr(other.rollout, name) for name in switches)
-    assert all(getattr(section, name) for name in switches)  # the caller's section is left as it was
+    plain = transformers_engine(None, None, section, speed=SpeedConfig())
+    other = transformers_engine(None, None, section, plain_model=False, speed=SpeedConfig())
+    off = transformers_engine(None, None, section, speed=SpeedConfig(mode="off"))
+    assert type(plain) is FastTransformersRollout and type(other) is type(off) is TransformersRollout
+    assert not other.own_loop(None) and off.own_loop(None)  # generate as it is, or the reference loop
     assert plain.generation_batch_size == other.generation_batch_size == 12
 
 

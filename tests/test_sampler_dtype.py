@@ -1,14 +1,15 @@
 """The transformers engine's sampler log-probs (rollout.use_sampler_logprobs) and its lower-precision copy
-(rollout.sampler_dtype=bfloat16): the log-probs are the trainer's for the drawn tokens, asking for them draws the
+(speed.sampler_dtype=bfloat16): the log-probs are the trainer's for the drawn tokens, asking for them draws the
 same tokens, the copy follows every update of the policy, and the rules that tie the knobs together."""
 
 import pytest
 import torch
 
-from fspo_lite.config import ConfigError, ModelConfig, RolloutConfig, load_config
+from fspo_lite.config import ConfigError, ModelConfig, RolloutConfig, SpeedConfig, load_config
 from fspo_lite.models.logprobs import completion_logprobs
 from fspo_lite.models.policy import load_policy
 from fspo_lite.rollout.transformers_rollout import TransformersRollout
+from fspo_lite.speed.rollout import FastTransformersRollout
 
 PROMPTS = ["Question: which river flows through Paris? Answer:", "Q: 2+2?"]
 
@@ -24,8 +25,9 @@ def policy():
     return model, tokenizer
 
 
-def _rollout(model, tokenizer, seed=0, **settings):
-    engine = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=8, temperature=0.7, **settings))
+def _rollout(model, tokenizer, seed=0, sampler_dtype="policy", **settings):
+    engine = FastTransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=8, temperature=0.7, **settings),
+                                     SpeedConfig(sampler_dtype=sampler_dtype))
     torch.manual_seed(seed)
     return engine, engine.generate(PROMPTS, num_samples=3)
 
@@ -72,15 +74,15 @@ def test_bfloat16_copy_follows_the_policy_and_stays_near_it(policy):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["rollout.sampler_dtype=bfloat16"], "use_sampler_logprobs=true"),
-    (["rollout.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true", "train.ppo_epochs=2"], "ppo_epochs=1"),
-    (["rollout.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true", "rollout.engine=vllm"],
+    (["speed.sampler_dtype=bfloat16"], "use_sampler_logprobs=true"),
+    (["speed.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true", "train.ppo_epochs=2"], "ppo_epochs=1"),
+    (["speed.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true", "rollout.engine=vllm"],
      "rollout.engine is transformers"),
-    (["rollout.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true", "model.load_in_4bit=true"], "4-bit"),
-    (["rollout.sampler_dtype=float16"], "policy | bfloat16"),
+    (["speed.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true", "model.load_in_4bit=true"], "4-bit"),
+    (["speed.sampler_dtype=float16"], "policy | bfloat16"),
 ])
 def test_sampler_dtype_rules_fail_in_one_line(overrides, message):
-    with pytest.raises(ConfigError, match="rollout.sampler_dtype") as error:
+    with pytest.raises(ConfigError, match="speed.sampler_dtype") as error:
         load_config("configs/tiny.yaml", overrides)
     assert message in str(error.value)
 
@@ -97,9 +99,17 @@ def test_sampler_logprobs_with_several_epochs_fail_for_every_engine():
 def test_sampler_logprobs_need_the_decoding_loop(policy):
     model, tokenizer = policy
     with pytest.raises(ValueError, match="drop_ended_rows=true"):
-        TransformersRollout(model, tokenizer, RolloutConfig(use_sampler_logprobs=True, drop_ended_rows=False))
-    with pytest.raises(ValueError, match="drop_ended_rows=true"):
+        FastTransformersRollout(model, tokenizer, RolloutConfig(use_sampler_logprobs=True),
+                                SpeedConfig(drop_ended_rows=False))
+    with pytest.raises(ValueError, match="plain weights"):
         TransformersRollout(model, tokenizer, RolloutConfig(use_sampler_logprobs=True), plain_model=False)
+    # the reference loop gives them too
+    torch.manual_seed(0)
+    reference = TransformersRollout(model, tokenizer, RolloutConfig(max_new_tokens=8, temperature=0.7,
+                                                                    use_sampler_logprobs=True)).generate(PROMPTS, 3)
+    _, fast = _rollout(model, tokenizer, use_sampler_logprobs=True)
+    assert torch.equal(reference.completion_ids, fast.completion_ids)
+    torch.testing.assert_close(reference.sampling_logprobs, fast.sampling_logprobs, atol=1e-5, rtol=1e-5)
 
 
 def test_training_with_the_bfloat16_sampler_runs(tmp_path):
@@ -107,7 +117,7 @@ def test_training_with_the_bfloat16_sampler_runs(tmp_path):
     from fspo_lite.update.trainer import Trainer
 
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", "train.steps=2",
-                                               "rollout.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true"])
+                                               "speed.sampler_dtype=bfloat16", "rollout.use_sampler_logprobs=true"])
     examples = [QAExample(str(i), f"What is {i} plus {i}?", [str(2 * i)], f"{i} plus {i} is {2 * i}.")
                 for i in range(4)]
     history = Trainer(config, train_examples=examples, progress=False).train()

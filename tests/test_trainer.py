@@ -292,7 +292,7 @@ def _ragged_rollout(tokenizer, prompts, lengths, width, seed=0):
 
 @pytest.mark.parametrize("share", [False, True])
 def test_update_leaves_padding_columns_out_and_changes_nothing(tmp_path, tiny_policy, share):
-    """train.group_by_length sorts the rows longest first and runs each micro-batch only up to its longest
+    """speed.group_by_length sorts the rows longest first and runs each micro-batch only up to its longest
     completion: same loss, KL, entropy and adapter update as rollout order at full width, with narrower inputs
     (a forward hook reads their widths)."""
     _, tokenizer = tiny_policy
@@ -303,7 +303,7 @@ def test_update_leaves_padding_columns_out_and_changes_nothing(tmp_path, tiny_po
     results = {}
     for trim in (False, True):
         model = copy.deepcopy(tiny_policy[0])
-        config = tiny_config(tmp_path / str(trim), f"train.group_by_length={trim}", f"train.share_prompt_pass={share}",
+        config = tiny_config(tmp_path / str(trim), f"speed.group_by_length={trim}", f"speed.share_prompt_pass={share}",
                              "train.beta=0.1", "train.micro_batch_size=4", "train.learning_rate=1e-2")
         trainer = Trainer(config, model, tokenizer, EXAMPLES, progress=False)
         widths, grads = [], []

@@ -259,8 +259,9 @@ def _config(tmp_path, *overrides):
 
 
 def _build(model, tokenizer, config, dist):
-    return build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
-                                config.data.max_prompt_tokens, dist)
+    from fspo_lite.speed import build_rollout_engine as trainers_factory  # the trainer's: the speed section decides
+
+    return trainers_factory(model, tokenizer, config, dist)
 
 
 def _check(config):
@@ -280,7 +281,7 @@ def test_engine_factory_choices_and_errors(tmp_path, tiny_policy):
         _build(model, tokenizer, config, dist)
     with pytest.raises(ValueError, match="drop_ended_rows=true"):  # transformers gives log-probs from its own loop
         _build(model, tokenizer, _config(tmp_path, "rollout.use_sampler_logprobs=true",
-                                         "rollout.drop_ended_rows=false"), dist)
+                                         "speed.drop_ended_rows=false"), dist)
     with pytest.raises(ValueError, match="full fine-tuning"):
         _build(model, tokenizer, _config(tmp_path, "rollout.engine=vllm", "model.lora=false"), dist)
     with pytest.raises(ValueError, match="ppo_epochs=1"):

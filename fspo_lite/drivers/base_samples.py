@@ -138,7 +138,7 @@ def probe(cache: QuestionCache, engine, tokenizer, examples: Sequence[QAExample]
 def base_engine(config, progress: bool = False):
     """(engine, tokenizer) sampling from the base model of a config (no LoRA adapter is trained here)."""
     from fspo_lite.models.policy import adapter_source, load_model, load_tokenizer
-    from fspo_lite.rollout.transformers_rollout import TransformersRollout
+    from fspo_lite.speed import transformers_engine
 
     torch.manual_seed(config.train.seed)
     tokenizer = load_tokenizer(config.model.name, config.model.trust_remote_code)
@@ -148,5 +148,6 @@ def base_engine(config, progress: bool = False):
 
         model = PeftModel.from_pretrained(model, adapter_source(config.model.adapter_path))
     model.eval()
-    engine = TransformersRollout(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress)
+    engine = transformers_engine(model, tokenizer, config.rollout, config.data.max_prompt_tokens, progress,
+                                 speed=config.speed)
     return engine, tokenizer

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from fspo_lite.atomic import atomic_path, atomic_write_json, atomic_write_jsonl
-from fspo_lite.config import RolloutConfig
+from fspo_lite.config import RolloutConfig, SpeedConfig
 from fspo_lite.config_checks import ConfigError
 from fspo_lite.data.prompts import prompt_text, render_prompt
 from fspo_lite.evaluation import metrics as M
@@ -63,14 +63,15 @@ class _Context:
     """What the benchmark runners share: model, tokenizer, rollout engine, config, lazily built verifier/judges."""
 
     def __init__(self, config, model, tokenizer, progress: bool):
-        from fspo_lite.rollout.transformers_rollout import TransformersRollout
+        from fspo_lite.speed import transformers_engine
 
         self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
-        # the evaluation's own length, temperature and batch size with the rollout section's top_p; the engine
-        # switches keep their defaults (on; packed weights by the CPU's vendor), whatever the rollout section says
+        # the evaluation's own length, temperature and batch size with the rollout section's top_p; the speed
+        # switches keep their defaults whatever the speed section says, but speed.mode=off gives the reference engine
         sampling = RolloutConfig(max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
                                  top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size)
-        self.engine = TransformersRollout(model, tokenizer, sampling, config.data.max_prompt_tokens, progress=progress)
+        self.engine = transformers_engine(model, tokenizer, sampling, config.data.max_prompt_tokens, progress=progress,
+                                          speed=SpeedConfig(mode=config.speed.mode))
         self._verifier, self._extra_verifiers, self._judges = None, None, {}
         self.tokens = 0
         self.last_token_counts: list[int] = []

@@ -1,1 +1,1 @@
-"""The policy model: loading (bundled SmolLM2, hub ids, LoRA, 4-bit), the shared-prompt KV cache, token log-probabilities."""
+"""The policy model: loading (bundled SmolLM2, hub ids, LoRA, 4-bit) and the reference log-prob pass."""

@@ -1,14 +1,26 @@
-"""Per-token log-probabilities of completions under a model (policy, old policy or reference)."""
+"""Per-token log-probabilities of completions under a model (policy, old policy or reference): the reference pass.
+
+`completion_logprobs` is one ordinary forward pass over prompt + completion and the log-softmax of the logits at
+the sampled tokens, differentiated by autograd. `LogprobPass` is the seam the trainer runs its log-prob passes
+through: `micro_batches` cuts a rollout into micro-batches, and inside `with logprob_pass.over(model, rollout) as
+logprobs:` each `logprobs(rows, width)` gives the log-probs (and entropies) of those rows. `fspo_lite.speed` builds the
+trainer's pass (`build_logprob_pass`): this one with speed.mode=off, else a faster one with the same numbers up to
+float rounding (tests/test_speed_contract.py).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 
-from fspo_lite.algos import entropy_from_logits, selective_log_softmax, token_logprobs
-from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, PrefixPass, common_prefix_length, distinct_prompts,
-                                           prompt_positions, shared_prefix_prefill, shared_prompt_pass)
+from fspo_lite.algos import entropy_from_logits, selective_log_softmax
+
+
+def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that follow the mask (left padding does not shift the real tokens)."""
+    return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
 def completion_logprobs(
@@ -19,79 +31,26 @@ def completion_logprobs(
     completion_mask: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
-    share_prompts: bool = False,
     entropy_grad: bool = False,
-    shared_start: PrefixPass | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log pi(o_t | q, o_<t) for every completion token, shape (B, C), and optionally the entropy.
+    """log pi(o_t | q, o_<t) for every completion token, shape (B, C), and optionally the entropy of each position.
 
-    Only the C + 1 last positions are turned into logits (`logits_to_keep`), and the log-softmax
-    is taken a few rows at a time, so the (B, T, V) float32 log-softmax never exists. Logits are
-    divided by the sampling temperature, as the sampler did. Position ids follow the attention
-    mask, so left padding does not shift positions.
-
-    share_prompts: rows with the same prompt (the G responses of a group) share one pass over it
-    (`fspo_lite.models.prompt_cache`); the completions then attend to the copied prompt keys/values. When
-    every prompt starts with the same MIN_SHARED_PREFIX or more tokens (system prompt, demonstrations),
-    that start is encoded once for the whole batch and each distinct prompt's rest on top of it.
-    Same values and gradients up to float rounding; the model must keep its KV cache (no gradient
-    checkpointing).
-    entropy_grad: the entropy keeps its graph (for an entropy bonus in the loss); else it is detached.
-    shared_start: with share_prompts, the common start's pass made once for every micro-batch of the rollout
-    (`prompt_cache.prefix_pass`); these rows' common start may be longer, and then only its length is shared.
+    One forward pass over the left-padded prompts and right-padded completions; position ids follow the attention
+    mask, so left padding does not shift positions. Only the C + 1 last positions are turned into logits
+    (`logits_to_keep`): position t predicts token t + 1. Logits are divided by the sampling temperature, as the
+    sampler did. entropy_grad: the entropy keeps its graph (for an entropy bonus in the loss); else it is detached.
     """
     attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
-    position_ids = prompt_positions(attention_mask)
     width = completion_ids.shape[1]
-    prefix = common_prefix_length(prompt_ids[:, :-1], prompt_mask[:, :-1]) if share_prompts else 0
-    # the whole prompts' groups are needed only where the common start is too short to share
-    groups = distinct_prompts(prompt_ids, prompt_mask) if share_prompts and prefix < MIN_SHARED_PREFIX else None
-    if shared_start is not None and prefix >= shared_start.length:
-        prefix = shared_start.length
-    else:
-        shared_start = None
-    if prefix >= MIN_SHARED_PREFIX:
-        # all prompt tokens but the last in two passes (the common start once, then each distinct rest); then
-        # the last prompt token and the completion in one pass on that cache
-        prompt_width = prompt_ids.shape[1]
-        cache = shared_prefix_prefill(model, prompt_ids[:, :-1], prompt_mask[:, :-1],
-                                      distinct_prompts(prompt_ids[:, :-1], prompt_mask[:, :-1]), prefix, shared_start)
-        logits = model(
-            input_ids=torch.cat([prompt_ids[:, -1:], completion_ids[:, :-1]], dim=1),
-            attention_mask=attention_mask[:, :-1], position_ids=position_ids[:, prompt_width - 1 : -1],
-            past_key_values=cache, use_cache=True,
-        ).logits
-        pieces = [(logits, completion_ids)]
-    elif groups is None:
-        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-        logits = model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            logits_to_keep=width + 1, use_cache=False,
-        ).logits[:, :-1, :]
-        pieces = [(logits, completion_ids)]
-    else:
-        # the last prompt position predicts the first completion token; the completion pass the rest
-        cache, first_logits = shared_prompt_pass(model, prompt_ids, prompt_mask, groups)
-        pieces = [(first_logits, completion_ids[:, :1])]
-        if width > 1:
-            prompt_width = prompt_ids.shape[1]
-            rest = model(
-                input_ids=completion_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                position_ids=position_ids[:, prompt_width:-1], past_key_values=cache, use_cache=True,
-            ).logits
-            pieces.append((rest, completion_ids[:, 1:]))
-    logps, entropies = [], []
-    for logits, tokens in pieces:
-        if entropy_grad:  # an entropy bonus: autograd through the tempered logits, the entropy keeps its graph
-            tempered = logits / temperature if temperature != 1.0 else logits
-            logps.append(selective_log_softmax(tempered, tokens))
-            entropies.append(entropy_from_logits(tempered))
-        else:  # one pass over the vocabulary; the backward from the probabilities it kept
-            logp, entropy = token_logprobs(logits, tokens, temperature, with_entropy)
-            logps.append(logp)
-            entropies.append(entropy)
-    logp = torch.cat(logps, dim=1)
-    return logp, torch.cat(entropies, dim=1) if with_entropy else None
+    logits = model(input_ids=torch.cat([prompt_ids, completion_ids], dim=1), attention_mask=attention_mask,
+                   position_ids=prompt_positions(attention_mask), logits_to_keep=width + 1,
+                   use_cache=False).logits[:, :-1, :].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp = selective_log_softmax(logits, completion_ids)
+    if not with_entropy:
+        return logp, None
+    return logp, entropy_from_logits(logits if entropy_grad else logits.detach())
 
 
 def micro_batches(lengths: torch.Tensor, width: int, size: int, group_by_length: bool = True
@@ -110,6 +69,33 @@ def micro_batches(lengths: torch.Tensor, width: int, size: int, group_by_length:
         order = torch.arange(len(lengths), device=lengths.device)
     batches = [order[start : start + size] for start in range(0, len(order), size)]
     return [(rows, max(int(lengths[rows].max()), 1) if group_by_length else width) for rows in batches]
+
+
+class LogprobPass:
+    """The update's log-prob passes over one rollout (the reference: `completion_logprobs`, rows in order).
+
+    `over(model, rollout)` is a context: inside it, `logprobs(rows, width, with_entropy, entropy_grad)` gives
+    (log-probs (rows, width), entropies or None) of the completions of `rollout`'s `rows` cut to their first `width`
+    tokens. A faster pass (`fspo_lite.speed.logprobs`) may do work once per `over` (for every micro-batch inside) and
+    finish it when the block ends without an error; the caller's backward passes then belong inside the block."""
+
+    def __init__(self, temperature: float = 1.0):
+        self.temperature = temperature
+
+    def micro_batches(self, rollout, size: int) -> list[tuple[torch.Tensor, int]]:
+        """(rows, width) of each micro-batch of `size` rows: here the rollout's rows in order, at its full width."""
+        return micro_batches(rollout.completion_lengths, rollout.completion_ids.shape[1], size, group_by_length=False)
+
+    @contextlib.contextmanager
+    def over(self, model, rollout):
+        """Inside: the `logprobs(rows, width, with_entropy=False, entropy_grad=False)` of `model` on `rollout`."""
+        yield functools.partial(self.logprobs, model, rollout)
+
+    def logprobs(self, model, rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
+                 entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return completion_logprobs(model, rollout.prompt_ids[rows], rollout.prompt_mask[rows],
+                                   rollout.completion_ids[rows, :width], rollout.completion_mask[rows, :width],
+                                   self.temperature, with_entropy, entropy_grad)
 
 
 def reference_context(model):

@@ -30,19 +30,21 @@ def check_rollout_engine(rollout: RolloutConfig, model_config: ModelConfig, trai
 
 
 def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig,
-                         max_prompt_tokens: int, dist, owns_model: bool = True):
+                         max_prompt_tokens: int, dist, owns_model: bool = True,
+                         transformers_engine=TransformersRollout):
     """The sampler named by rollout.engine, sharing `generate(prompts, num_samples, do_sample, max_new_tokens) ->
     Rollout`. It reads the rollout section, the model section (LoRA, backend, what vLLM loads), the train section
     (ppo_epochs, seed, output_dir: where the adapters for vLLM go) and data.max_prompt_tokens; `dist` (a
     `Distributed`) gives the rank and device. The `vllm` package is imported only when the colocated vLLM engine is
     built. `owns_model`: the caller loaded the model for this run, so closing the engine may also shut down the vLLM
-    engine Unsloth started beside it."""
+    engine Unsloth started beside it. `transformers_engine`: the class (or factory with its arguments) of the
+    transformers engine; `fspo_lite.speed.build_rollout_engine` passes the fast one."""
     engine = rollout.engine
     if engine == "transformers":
         # with sharded weights every rank must run the same forward passes (the shared prefill is one more,
         # depending on the rank's own prompts) and the weights are shards (nothing to merge into); Unsloth
         # patches generation, its cache handling and its LoRA layers in ways neither has been tried against
-        return TransformersRollout(model, tokenizer, rollout, max_prompt_tokens,
+        return transformers_engine(model, tokenizer, rollout, max_prompt_tokens,
                                    generate_kwargs=dist.generation_kwargs(),
                                    plain_model=not dist.shards_weights and model_config.backend != "unsloth")
     if engine == "vllm":

@@ -4,7 +4,7 @@ Each engine (`fspo_lite.rollout.transformers_rollout`, `fspo_lite.rollout.vllm_r
 `fspo_lite.rollout.vllm_server`) is built from the rollout section (`RolloutConfig`: temperature, top_p,
 max_new_tokens, its engine switches) and the prompt limit (data.max_prompt_tokens); `Engine.sampling` turns the
 arguments of one `generate(prompts, num_samples, do_sample, max_new_tokens)` call into a `Sampling` record, which
-`fspo_lite.rollout.decoding.decode` and the vLLM request builders read.
+`fspo_lite.rollout.decoding.sample`, `fspo_lite.speed.decoding.decode` and the vLLM request builders read.
 """
 
 from __future__ import annotations

@@ -1,30 +1,25 @@
 """Rollout engines: prompts in, sampled completions (token ids and text) out.
 
-`TransformersRollout` batches prompts x samples with left padding and the KV cache, encodes each
-distinct prompt once for its samples (`fspo_lite.models.prompt_cache`), decodes with
-`fspo_lite.rollout.decoding.decode` (ended rows leave the forward pass; `model.generate` where that is off),
-and stops as soon as every sequence has produced EOS. The vLLM engines
-(GPU) live in `fspo_lite.rollout.vllm_rollout` behind the same `generate` signature; `fspo_lite.rollout.engines`
-builds the one the config names.
+`TransformersRollout` is the reference engine: it batches prompts x samples with left padding, and draws each
+batch's tokens with `fspo_lite.rollout.decoding.sample` (ordinary forward calls of the model on its KV cache, every
+row until the last one ends; `model.generate` where that loop would not sample what `generate` does). The fast
+engine with the same tokens (`fspo_lite.speed.rollout`) overrides `decoding`; `fspo_lite.speed` picks one of them
+(speed.mode). The vLLM engines (GPU) live in `fspo_lite.rollout.vllm_rollout` behind the same `generate` signature;
+`fspo_lite.rollout.engines` builds the one the config names.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
+import functools
 from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
 from fspo_lite.config import RolloutConfig
-from fspo_lite.models.lora_merge import merged_lora_weights
-from fspo_lite.models.prompt_cache import (MIN_SHARED_PREFIX, common_prefix_length, distinct_prompts,
-                                           shared_prefix_prefill, shared_prompt_pass)
-from fspo_lite.rollout.decoding import decode, plain_sampling
-from fspo_lite.rollout.llama_step import packing_applies, wants_packed_weights, weight_packs_for
-from fspo_lite.rollout.sampling import Engine
+from fspo_lite.rollout.decoding import plain_sampling, sample
+from fspo_lite.rollout.sampling import Engine, Sampling
 
 
 @dataclass
@@ -76,33 +71,21 @@ def eos_ids(tokenizer, model=None) -> list[int]:
 
 class TransformersRollout(Engine):
     """Sampling with the model on whatever device it is on, as the rollout section says (temperature, top_p,
-    max_new_tokens, generation_batch_size and the transformers-engine switches)."""
+    max_new_tokens, generation_batch_size, draw, use_sampler_logprobs)."""
 
     def __init__(self, model, tokenizer, rollout: RolloutConfig, max_prompt_tokens: int = 512, progress: bool = False,
-                 generate_kwargs: dict | None = None, plain_model: bool = True, preallocate_cache: bool = True,
-                 fast_steps: bool = True):
-        """plain_model=False (FSDP-sharded weights, Unsloth) turns the shared prefill, the LoRA merge and the
-        row-dropping decoder off: `model.generate` then runs as is."""
-        if not plain_model:
-            rollout = dataclasses.replace(rollout, share_prompt_prefill=False, merge_lora_for_generation=False,
-                                          share_prompt_prefix=False, drop_ended_rows=False)
+                 generate_kwargs: dict | None = None, plain_model: bool = True):
+        """plain_model=False (FSDP-sharded weights, Unsloth, which patch generation): `model.generate` runs as is."""
         super().__init__(model, tokenizer, rollout, max_prompt_tokens)
         self.progress = progress
         self.generate_kwargs = generate_kwargs or {}
         """Extra `model.generate` arguments (synced_gpus=True when weights are sharded over ranks)."""
-        self.preallocate_cache = preallocate_cache
-        """With rollout.drop_ended_rows: `decode` writes the KV cache in place instead of concatenating (same
-        tokens)."""
-        self.fast_steps = fast_steps
-        """With the preallocated cache: `decode` runs its steps after the first through
-        `fspo_lite.rollout.llama_step` where the model allows it (the same logits, without transformers' Python)."""
+        self.plain_model = plain_model
         self.with_logprobs = rollout.use_sampler_logprobs
-        """Return each drawn token's log-prob (Rollout.sampling_logprobs): only `decode` gives them."""
-        if self.with_logprobs and not (rollout.drop_ended_rows and plain_model):
+        """Return each drawn token's log-prob (Rollout.sampling_logprobs): only the decoding loop gives them."""
+        if self.with_logprobs and not plain_model:
             raise ValueError("rollout.use_sampler_logprobs with the transformers engine needs its decoding loop: "
-                             "rollout.drop_ended_rows=true, plain weights (no FSDP, no Unsloth)")
-        self._copy = None
-        """The rollout.sampler_dtype copy of the policy, made at the first rollout."""
+                             "plain weights (no FSDP, no Unsloth)")
 
     @property
     def generation_batch_size(self) -> int:
@@ -110,23 +93,8 @@ class TransformersRollout(Engine):
         return self.rollout.generation_batch_size
 
     def sampling_model(self):
-        """The model that draws the tokens: the policy, or (rollout.sampler_dtype) its copy in that dtype with the
-        policy's trainable weights (the adapter, or every weight in full fine-tuning) copied in now."""
-        if self.rollout.sampler_dtype == "policy":
-            return self.model
-        if self._copy is None:
-            self._copy = copy.deepcopy(self.model).to(getattr(torch, self.rollout.sampler_dtype)).requires_grad_(False)
-        with torch.no_grad():
-            for (name, mine), (theirs_name, theirs) in zip(self._copy.named_parameters(), self.model.named_parameters()):
-                if name != theirs_name:
-                    raise RuntimeError(f"the sampler copy lost step with the policy at {name} / {theirs_name}")
-                if theirs.requires_grad:
-                    mine.copy_(theirs)
-        return self._copy
-
-    def close(self) -> None:
-        """Drop the rollout.sampler_dtype copy of the policy (a second set of weights)."""
-        self._copy = None
+        """The model that draws the tokens: the policy."""
+        return self.model
 
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
@@ -142,35 +110,12 @@ class TransformersRollout(Engine):
         chunks = []
         batches = range(0, len(expanded), self.generation_batch_size)
         sampling = self.sampling(eos, do_sample, max_new_tokens, self.generate_kwargs.get("min_new_tokens") or 0)
-        own_loop = self.rollout.drop_ended_rows and set(self.generate_kwargs) <= {"min_new_tokens"} and plain_sampling(
-            getattr(model, "generation_config", None))
-        # packed weights: the adapter stays on and is not merged into copies (the packs hold the base weights)
-        packed = (own_loop and self.fast_steps and self.preallocate_cache
-                  and wants_packed_weights(self.rollout.packed_weights))
-        packs = weight_packs_for(model) if packed and packing_applies(model) else None
-        merge = self.rollout.merge_lora_for_generation and packs is None
-        with merged_lora_weights(model) if merge else contextlib.nullcontext():
+        with self.decoding(model, sampling, pad_id) as draw:
             for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
                 batch = expanded[start : start + self.generation_batch_size]
                 encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
                                     truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
-                if own_loop:
-                    drawn = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
-                                   self._prefilled(model, encoded).get("past_key_values"),
-                                   preallocate_cache=self.preallocate_cache, logprobs=self.with_logprobs,
-                                   fast_steps=self.fast_steps, weight_packs=packs)
-                    new_tokens, new_logprobs = drawn if self.with_logprobs else (drawn, None)
-                elif self.with_logprobs:
-                    raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from "
-                                     "its decoding loop only, which these generate arguments or this generation "
-                                     f"config do not allow ({sorted(self.generate_kwargs)})")
-                else:
-                    drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
-                        if do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-                    output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=eos,
-                                            pad_token_id=pad_id, use_cache=True, **drawn, **self._prefilled(model, encoded),
-                                            **self.generate_kwargs)
-                    new_tokens, new_logprobs = output[:, encoded["input_ids"].shape[1]:], None
+                new_tokens, new_logprobs = draw(encoded)
                 chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens, new_logprobs))
         model.train(was_training)
         prompt_width = max(c[0].shape[1] for c in chunks)
@@ -190,23 +135,36 @@ class TransformersRollout(Engine):
                                   for c in chunks]) * completion_mask
         return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, texts, num_samples, logprobs)
 
-    def _prefilled(self, model, encoded) -> dict:
-        """`past_key_values` holding all but the last prompt token (generate then feeds the last token and
-        decodes): the batch's common prompt start encoded once and each distinct prompt's rest once
-        (share_prompt_prefix, when that start has MIN_SHARED_PREFIX tokens), else each distinct prompt once;
-        empty when neither saves anything."""
-        ids, mask = encoded["input_ids"], encoded["attention_mask"]
-        if not self.rollout.share_prompt_prefill or ids.shape[1] < 2:
-            return {}
-        groups = distinct_prompts(ids, mask)
-        if self.rollout.share_prompt_prefix:
-            prefix = common_prefix_length(ids[:, :-1], mask[:, :-1])
-            if prefix >= MIN_SHARED_PREFIX:
-                return {"past_key_values": shared_prefix_prefill(model, ids[:, :-1], mask[:, :-1], groups, prefix)}
-        if groups is None:
-            return {}
-        cache, _ = shared_prompt_pass(model, ids[:, :-1], mask[:, :-1], groups)
-        return {"past_key_values": cache}
+    def own_loop(self, model) -> bool:
+        """Whether the decoding loop samples what `generate` would: plain weights, no generate arguments but
+        min_new_tokens, and a generation config that changes the logits by temperature and top-p only."""
+        return (self.plain_model and set(self.generate_kwargs) <= {"min_new_tokens"}
+                and plain_sampling(getattr(model, "generation_config", None)))
+
+    @contextlib.contextmanager
+    def decoding(self, model, sampling: Sampling, pad_id: int):
+        """Inside: a function from one tokenized batch to its (new tokens, their log-probs or None)."""
+        if self.own_loop(model):
+            def draw(encoded):
+                drawn = sample(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
+                               logprobs=self.with_logprobs)
+                return drawn if self.with_logprobs else (drawn, None)
+
+            yield draw
+        else:
+            yield functools.partial(self.generated, model, sampling, pad_id)
+
+    def generated(self, model, sampling: Sampling, pad_id: int, encoded, **cache) -> tuple[torch.Tensor, None]:
+        """A batch's new tokens from `model.generate` (with `cache`: a prefilled past_key_values)."""
+        if self.with_logprobs:
+            raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from its "
+                             "decoding loop only, which these generate arguments or this generation config do not "
+                             f"allow ({sorted(self.generate_kwargs)})")
+        drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
+            if sampling.do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=list(sampling.eos_ids),
+                                pad_token_id=pad_id, use_cache=True, **drawn, **cache, **self.generate_kwargs)
+        return output[:, encoded["input_ids"].shape[1]:], None
 
 
 def rollout_from_texts(tokenizer, completions: list[str], num_samples: int | None = None) -> Rollout:

@@ -36,7 +36,7 @@ import torch
 from fspo_lite.config import ModelConfig
 from fspo_lite.data.prompts import render_prompt
 from fspo_lite.models.policy import load_model, load_tokenizer, resolve_device
-from fspo_lite.models.prompt_cache import prompt_positions
+from fspo_lite.models.logprobs import prompt_positions
 from fspo_lite.rollout.transformers_rollout import eos_ids
 
 Prompt = Union[str, list[dict]]

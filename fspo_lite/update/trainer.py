@@ -25,24 +25,22 @@ from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
 from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, sample_record, truncate_jsonl
-from fspo_lite.models.attention import grouped_query_sdpa
-from fspo_lite.models.fused_lora import fused_lora
-from fspo_lite.models.logprobs import completion_logprobs, micro_batches, reference_context
+from fspo_lite.memory import release_memory
+from fspo_lite.models.logprobs import reference_context
 from fspo_lite.models.policy import frozen_copy, load_policy
 from fspo_lite.models.precision import needs_loss_scaling
-from fspo_lite.models.prompt_cache import prefix_pass, shares_prompt_pass
-from fspo_lite.rollout.engines import build_rollout_engine, check_rollout_engine
+from fspo_lite.rollout.engines import check_rollout_engine
 from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
 from fspo_lite.scoring.plan import check_settings, scoring_plan
 from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
 from fspo_lite.scoring.verifiers import build_verifier
+from fspo_lite.speed import build_logprob_pass, build_rollout_engine
 from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints,
                                          latest_checkpoint, load_checkpoint, save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
 from fspo_lite.update.loss_scale import LossScale
-from fspo_lite.memory import keep_freed_memory, release_memory
 
 
 class TrainingError(RuntimeError):
@@ -79,9 +77,8 @@ class Trainer:
                                            fast_inference=config.rollout.engine == "vllm",
                                            gpu_memory_utilization=config.rollout.vllm_gpu_memory_utilization)
         self.model, self.tokenizer = model, tokenizer
-        self.device_type = next(model.parameters()).device.type
-        if config.train.keep_freed_memory and self.device_type == "cpu":
-            keep_freed_memory()  # process-wide; a no-op off glibc
+        # the seam of every log-prob pass: the reference, or the fast one the speed section builds (fspo_lite.speed)
+        self.logprob_pass = build_logprob_pass(config, model, self.dist.world_size)
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
@@ -95,11 +92,9 @@ class Trainer:
         self.parameters = [p for p in self.train_model.parameters() if p.requires_grad]
         self.loss_scale = LossScale(needs_loss_scaling(  # on only for float16 compute on a GPU
             config.model.dtype, config.model.load_in_4bit, config.train.fsdp, self.dist.device.type))
-        self.share_prompts = shares_prompt_pass(config, self.dist.world_size, model)
         if self.reference is not None:
             self.reference = self.dist.prepare_frozen(self.reference)  # [distributed] sharded too under FSDP
-        self.engine = build_rollout_engine(model, tokenizer, config.rollout, config.model, config.train,
-                                           config.data.max_prompt_tokens, self.dist, owns_model)
+        self.engine = build_rollout_engine(model, tokenizer, config, self.dist, owns_model)  # rollout.engine
         set_seed(config.train.seed + self.dist.rank)  # [distributed] each rank samples differently
         self.output_dir = Path(config.train.output_dir)
         self.logger = MetricsLogger(self.output_dir, tensorboard=config.train.tensorboard)
@@ -262,26 +257,6 @@ class Trainer:
         self._stop_if_diverged()  # every rank: the gradient norm that decides a skip is global
         return metrics
 
-    def _logprobs(self, model, rollout: Rollout, rows: torch.Tensor, width: int, with_entropy: bool = False,
-                  entropy_grad: bool = False, shared_start=None):
-        """Log-probs (and entropies) of the completions of `rows`, cut to their first `width` tokens."""
-        return completion_logprobs(
-            model, rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.completion_ids[rows, :width],
-            rollout.completion_mask[rows, :width], self.config.rollout.temperature, with_entropy, self.share_prompts,
-            entropy_grad, shared_start,
-        )
-
-    def _passes(self, model):
-        """The context of every log-prob pass: LoRA projections as one autograd node (train.fused_lora) and grouped
-        key/value heads inside the attention kernel on a CPU (train.grouped_query_sdpa): the same log-probs, gradients
-        to float rounding. Unsloth's models keep their own LoRA kernels."""
-        stack = contextlib.ExitStack()
-        if self.config.train.fused_lora and self.config.model.backend != "unsloth":
-            stack.enter_context(fused_lora(model))
-        if self.config.train.grouped_query_sdpa:
-            stack.enter_context(grouped_query_sdpa(self.device_type))
-        return stack
-
     @torch.no_grad()
     def _frozen_logprobs(self, rollout: Rollout, reference: bool) -> torch.Tensor:
         """(N, C) log-probs of the whole rollout in its own row order, 0 on the columns a micro-batch left out."""
@@ -289,18 +264,13 @@ class Trainer:
         separate = reference and self.reference is not None
         model = self.reference if separate else self.model
         with reference_context(self.model) if reference and not separate else contextlib.nullcontext(), \
-                self._passes(model):
-            # the shared prompt start as the policy's pass computes it, so that equal weights give equal log-probs
-            shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
+                self.logprob_pass.over(model, rollout) as logprobs:
             for rows, width in self._micro_batches(rollout):
-                logp = self._logprobs(model, rollout, rows, width, shared_start=shared_start)[0]
-                result[rows, :width] = logp.to(result.dtype)
+                result[rows, :width] = logprobs(rows, width)[0].to(result.dtype)
         return result
 
     def _micro_batches(self, rollout: Rollout) -> list[tuple[torch.Tensor, int]]:
-        train = self.config.train
-        return micro_batches(rollout.completion_lengths, rollout.completion_ids.shape[1], train.micro_batch_size,
-                             train.group_by_length)
+        return self.logprob_pass.micro_batches(rollout, self.config.train.micro_batch_size)
 
     def update(self, rollout: Rollout, advantages: torch.Tensor) -> dict:
         """mu epochs over the rollout, one optimizer step per epoch with gradient accumulation."""
@@ -321,19 +291,16 @@ class Trainer:
         sums = {"loss": 0.0, "clipped": 0.0, "kl": 0.0, "entropy": 0.0}
         grad_norm = float("nan")
         skipped = False
-        with self._passes(model):  # fused LoRA, grouped-query attention: the same log-probs
-            for epoch in range(train.ppo_epochs):
-                self.optimizer.zero_grad(set_to_none=True)
-                epoch_loss = 0.0
-                micro_batches = self._micro_batches(rollout)
-                # the prompt start every response shares: one pass for all micro-batches, its gradient sent back once
-                shared_start = prefix_pass(model, rollout.prompt_ids, rollout.prompt_mask) if self.share_prompts else None
+        for epoch in range(train.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            epoch_loss = 0.0
+            micro_batches = self._micro_batches(rollout)
+            with self.logprob_pass.over(model, rollout) as logprobs:  # work shared by the micro-batches ends here
                 for index, (rows, width) in enumerate(micro_batches):
                     # [distributed] gradients are all-reduced once, in the last micro-batch's backward
                     with self.dist.backward_sync(model, sync=index == len(micro_batches) - 1):
                         bonus = train.entropy_coef > 0
-                        logp, entropy = self._logprobs(model, rollout, rows, width, with_entropy=epoch == 0 or bonus,
-                                                       entropy_grad=bonus, shared_start=shared_start)
+                        logp, entropy = logprobs(rows, width, with_entropy=epoch == 0 or bonus, entropy_grad=bonus)
                         cut = (rows, slice(0, width))  # the micro-batch's rows, without its padding-only columns
                         old = logp.detach() if old_logp is None else old_logp[cut]
                         token_loss, clipped = algos.clipped_surrogate(
@@ -358,18 +325,16 @@ class Trainer:
                             trainer_logp[cut] = logp.detach().to(trainer_logp.dtype)
                         sums["clipped"] += (clipped.float() * mask[cut]).sum().item()
                         sums["entropy"] += (entropy * mask[cut]).sum().item()
-                if shared_start is not None:
-                    shared_start.backward()
-                self.loss_scale.unscale(self.parameters)
-                grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
-                if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
-                    skipped = True
-                    sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
-                    self._skip_update(epoch_loss, grad_norm)
-                    break
-                self.loss_scale.step(self.optimizer)  # optimizer.step(), then the scale's growth count
-                self.bad_steps = 0
-                sums["loss"] += epoch_loss / train.ppo_epochs
+            self.loss_scale.unscale(self.parameters)
+            grad_norm = self.dist.clip_grad_norm(self.parameters, train.max_grad_norm)  # [distributed]
+            if not (math.isfinite(epoch_loss) and math.isfinite(grad_norm)):
+                skipped = True
+                sums["loss"] = epoch_loss  # the loss of the dropped update (null in the log when not finite)
+                self._skip_update(epoch_loss, grad_norm)
+                break
+            self.loss_scale.step(self.optimizer)  # optimizer.step(), then the scale's growth count
+            self.bad_steps = 0
+            sums["loss"] += epoch_loss / train.ppo_epochs
         self.optimizer.zero_grad(set_to_none=True)
         tokens = max(mask.sum().item(), 1.0)
         return {

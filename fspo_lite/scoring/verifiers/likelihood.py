@@ -34,9 +34,9 @@ from collections import OrderedDict
 import torch
 
 from fspo_lite.algos import selective_log_softmax
-from fspo_lite.models.logprobs import completion_logprobs
 from fspo_lite.models.policy import resolve_device
 from fspo_lite.scoring.verifiers.base import Verifier, batches
+from fspo_lite.speed.logprobs import fast_completion_logprobs
 
 EVIDENCE_TEMPLATE = "Evidence: {evidence}\nStatement:"
 NO_EVIDENCE_TEMPLATE = "Statement:"
@@ -161,8 +161,8 @@ class LikelihoodVerifier(Verifier):
                 claim_ids, claim_mask = self._encode(chunk, left=False)
                 bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)
                 with_evidence = self._logprobs_after(state, claim_ids, claim_mask)
-                without_evidence, _ = completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask,
-                                                          share_prompts=True)
+                without_evidence, _ = fast_completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask,
+                                                               share_prompts=True)
                 for claim, gain in zip(chunk, mean_gain(with_evidence, without_evidence.float(), claim_mask).tolist()):
                     for i in claims[claim]:
                         result[i] = gain
@@ -205,8 +205,8 @@ class LikelihoodVerifier(Verifier):
             claim_ids, claim_mask = self._encode([" " + sentences[i].strip() for i in chunk], left=False)
             with_ids, with_mask = self._encode(contexts, left=True)
             bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)
-            with_evidence, _ = completion_logprobs(self.model, with_ids, with_mask, claim_ids, claim_mask)
-            without_evidence, _ = completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask)
+            with_evidence, _ = fast_completion_logprobs(self.model, with_ids, with_mask, claim_ids, claim_mask)
+            without_evidence, _ = fast_completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask)
             result += mean_gain(with_evidence.float(), without_evidence.float(), claim_mask).tolist()
         return result
 

@@ -7,15 +7,18 @@ rounding, from the different batch shapes) at 1/G of the prompt's compute and ac
 Autograd follows the copies, so gradients reach the shared prompt pass and a LoRA update is the
 same as with the full pass.
 
-Used by the transformers rollout engine (prefill before decoding) and by the log-probability
-passes of the update. It needs a model that returns a KV cache: gradient checkpointing drops the
+Used by the fast transformers engine (prefill before decoding: speed.share_prompt_prefill,
+speed.share_prompt_prefix) and by the fast log-prob pass of the update (`fspo_lite.speed.logprobs`,
+speed.share_prompt_pass). It needs a model that returns a KV cache: gradient checkpointing drops the
 cache in training mode, so `uses_gradient_checkpointing` lets callers fall back to the full pass
-(`shares_prompt_pass`: the trainer's whole decision, train.share_prompt_pass).
+(`shares_prompt_pass`: the whole decision for the update's passes).
 """
 
 from __future__ import annotations
 
 import torch
+
+from fspo_lite.models.logprobs import prompt_positions
 
 MIN_SHARED_PREFIX = 16
 """Shortest common prompt start worth a pass of its own (the rollout's prefill, the update's log-prob passes)."""
@@ -47,10 +50,9 @@ def distinct_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tup
 def select_cache_rows(cache, rows: torch.Tensor) -> None:
     """Keep (or repeat) the cache rows `rows`, in that order, as `cache.batch_select_indices` does, with
     `index_select` on the plain keys/values layers: its backward adds the rows' gradients with `index_add`, where
-    the advanced indexing of transformers' layers scatters them with an accumulating `index_put` that ran about
-    10x slower on 2 CPU cores (1.2 ms against 0.12 ms for 8 rows of a 172-token SmolLM2 layer); the same sums, in
-    the same order. Other layer kinds (sliding windows' extra state, linear attention) go through their own
-    method."""
+    the advanced indexing of transformers' layers scatters them with an accumulating `index_put`, much slower on a
+    CPU; the same sums, in the same order. Other layer kinds (sliding windows' extra state, linear attention) go
+    through their own method."""
     from transformers.cache_utils import DynamicLayer
 
     for layer in getattr(cache, "layers", None) or []:
@@ -60,11 +62,6 @@ def select_cache_rows(cache, rows: torch.Tensor) -> None:
     for layer in cache.layers:
         if layer.get_seq_length() > 0:
             layer.keys, layer.values = layer.keys.index_select(0, rows), layer.values.index_select(0, rows)
-
-
-def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids that follow the mask (left padding does not shift the real tokens)."""
-    return (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
 
 
 def shared_prompt_pass(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
@@ -208,9 +205,9 @@ def uses_gradient_checkpointing(model) -> bool:
 
 
 def shares_prompt_pass(config, world_size: int, model) -> bool:
-    """Whether the trainer's log-prob passes encode each distinct prompt once (train.share_prompt_pass): it
+    """Whether the trainer's log-prob passes encode each distinct prompt once (speed.share_prompt_pass): it
     needs the KV cache (no gradient checkpointing), a plain module (a DDP/FSDP wrapper expects one forward
     per backward, and FSDP wraps the model under torchrun with one process too: its backward would find the
     shared pass's weights already freed) and not Unsloth's patched forward with its own offloaded checkpointing."""
-    return (config.train.share_prompt_pass and world_size == 1 and not config.train.fsdp
+    return (config.speed.share_prompt_pass and world_size == 1 and not config.train.fsdp
             and config.model.backend != "unsloth" and not uses_gradient_checkpointing(model))

@@ -5,10 +5,10 @@ attention with fewer key/value heads than query heads. When the call carries a m
 left padding and the cached prompt), transformers copies every key/value head to its query heads (`repeat_kv`) before
 `torch.nn.functional.scaled_dot_product_attention`, and autograd zero-fills and sums those copies again backwards. torch's
 CPU kernel takes the grouped heads itself (`enable_gqa=True`), and transformers passes that flag for every call while
-its TRANSFORMERS_SDPA_FORCE_GQA switch is "1". `grouped_query_sdpa` sets the switch inside a `with` block; on a CPU
-the log-probs and gradients are the same numbers (tests/test_fused_lora.py), and a SmolLM2-135M update took about
-0.9x the time (docs/performance.md). Other devices are left alone: there a masked grouped call may fall back to a
-slower kernel.
+its TRANSFORMERS_SDPA_FORCE_GQA switch is "1". `grouped_query_sdpa` sets the switch inside a `with` block
+(speed.grouped_query_sdpa); on a CPU the log-probs and gradients are the same numbers (tests/test_fused_lora.py), in
+less time (docs/performance.md). Other devices are left alone: there a masked grouped call may fall back to a slower
+kernel.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """LoRA adapters at generation time: which adapters add plain scaling * B(A(x)), and their merge into new weights.
 
-The transformers engine either samples inside `merged_lora_weights` (each adapted projection one matrix product on
-W + delta) or, with packed weights (rollout/llama_step.py), runs the adapter's two small products beside the
-packed base product. Both are exact only for plain adapters (`plain_lora_adapter`).
+The fast transformers engine (`fspo_lite.speed.rollout`) either samples inside `merged_lora_weights` (each adapted
+projection one matrix product on W + delta; speed.merge_lora_for_generation) or, with packed weights
+(`fspo_lite.speed.llama_step`), runs the adapter's two small products beside the packed base product. Both are exact
+only for plain adapters (`plain_lora_adapter`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 def plain_lora_adapter(module, name: str) -> bool:
     """Whether adapter `name` of the peft LoRA layer `module` adds exactly scaling * B(A(x)) to its base layer's
     output: no variant (DoRA or another) and no LoRA bias. Merging it into the weight (`merged_lora_weights`) and
-    running its two products beside a packed weight (rollout/llama_step.py) both hold only for such adapters."""
+    running its two products beside a packed weight (`fspo_lite.speed.llama_step`) both hold only for such adapters."""
     return (getattr(module, "lora_variant", {}).get(name) is None and not getattr(module, "use_dora", {}).get(name)
             and not getattr(module, "lora_bias", {}).get(name, False))
 
@@ -46,7 +47,7 @@ def merged_lora_weights(model):
     """Inside: every LoRA layer computes with W + delta in one matrix product and the adapter branch off.
 
     Generation runs the adapter's two extra small products per projection and token otherwise
-    (13% of one SmolLM2 rollout on 2 CPU cores measured alone, 4% inside the benchmark's step). W itself is
+    (docs/performance.md). W itself is
     never changed: the merged matrices are new tensors, swapped in and out, so the base weights (the
     KL reference) stay bit-identical, unlike peft's in-place merge/unmerge. Costs one extra copy of the
     adapted matrices while inside. Does nothing for models without LoRA or with layers it cannot

@@ -1,29 +1,28 @@
 """One decoding step of a Llama-style causal LM in plain torch calls, without the transformers module stack.
 
-Part of a decoding step of SmolLM2-135M on 16 rows goes to the Python of transformers' modules (module calls,
-mask building, attention dispatch, cache bookkeeping) rather than to its operators. `LlamaStep`
-runs the same operators in the same order on the same tensors (RMSNorm in float32, rotary embedding from the
-model's own rotary module, scaled-dot-product attention called as transformers' "sdpa" path calls it for one
-query token, SiLU MLP, final norm, output layer on the last position), so the logits are the same numbers, and it
-skips the rest. On a 2-core Xeon (2026-11-26) the benchmark's rollout (16 rows x 64 tokens of SmolLM2-135M) took
-0.92x the wall time with the same answers (`python bench/prompt_prefix.py --setting fast_steps ...`,
-docs/performance.md).
+Part of a decoding step of a small model goes to the Python of transformers' modules (module calls, mask building,
+attention dispatch, cache bookkeeping) rather than to its operators. `LlamaStep` runs the same operators in the same
+order on the same tensors (RMSNorm in float32, rotary embedding from the model's own rotary module,
+scaled-dot-product attention called as transformers' "sdpa" path calls it for one query token, SiLU MLP, final norm,
+output layer on the last position), so the logits are the same numbers, and it skips the rest
+(`python bench/prompt_prefix.py --setting fast_steps`, docs/performance.md).
 
 `llama_step(model)` returns None (`decode` then calls the model itself) unless every condition it needs holds:
 a Llama, Mistral or Qwen2 causal LM with the "sdpa" attention, SiLU MLP, no sliding window, plain `nn.Linear`
 projections (a peft LoRA layer counts only with its adapter off, as inside `merged_lora_weights`), no accelerate
 hooks. `tests/test_llama_step.py` compares its logits with the model's, bit for bit, on tiny random Llama and
-Qwen2 models, with and without padding, grouped and plain attention heads; `tests/test_decoding.py` compares
-`decode`'s tokens (which use it) with `generate`'s on the bundled model.
+Qwen2 models, with and without padding, grouped and plain attention heads; `tests/test_speed_contract.py` compares
+the fast decoding loop's tokens (which use it) with the reference loop's.
 
-With `WeightPacks` (rollout.packed_weights) its matrix products run on the model's frozen weights copied once,
+With `WeightPacks` (speed.packed_weights) its matrix products run on the model's frozen weights copied once,
 and kept from one `decode` call to the next, into the layout of MKL's own matrix kernel (`cblas_sgemm_pack`, through
-torch's `mkl::_mkl_linear`), which MKL reads faster at a decoding step's few rows than `F.linear`'s call
-(`bench/packed_linear.py`, docs/performance.md). A LoRA adapter is then not merged into copies of the weights before
-every rollout (`merged_lora_weights`): its two small products run beside the packed one (`Projection`). MKL sums
-some products in another order and the adapter's term is added apart, so the logits equal the model's up to float
-rounding instead of bit for bit (tested to 1e-5). `packing_applies(model)` says whether a model can decode so: float32
-weights on the CPU, a torch built with MKL (x86), plain LoRA adapters (no DoRA or other variant, no LoRA bias).
+torch's `mkl::_mkl_linear`), which MKL reads faster at a decoding step's few rows than `F.linear`'s call on some
+CPUs (`bench/packed_linear.py`, docs/performance.md). A LoRA adapter is then not merged into copies of the weights
+before every rollout (`merged_lora_weights`): its two small products run beside the packed one (`Projection`). MKL
+sums some products in another order and the adapter's term is added apart, so the logits equal the model's up to
+float rounding instead of bit for bit (tested to 1e-5). `packing_applies(model)` says whether a model can decode so:
+float32 weights on the CPU, a torch built with MKL (x86), plain LoRA adapters (no DoRA or other variant, no LoRA
+bias).
 """
 
 from __future__ import annotations
@@ -33,9 +32,9 @@ import weakref
 import torch
 import torch.nn.functional as F
 
-from fspo_lite.machine import cpu_vendor
-from fspo_lite.memory import made_apart
-from fspo_lite.models.lora_merge import plain_lora_adapter
+from fspo_lite.machine import cpuinfo
+from fspo_lite.speed.allocator import made_apart
+from fspo_lite.speed.lora_merge import plain_lora_adapter
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 """The causal LMs whose decoder layer is the one `LlamaStep` runs (pre-norm attention and SiLU MLP)."""
@@ -147,13 +146,17 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * x.to(dtype)
 
 
-def wants_packed_weights(setting: bool | None) -> bool:
-    """rollout.packed_weights as decided: true or false as set; None (the default) packs on Intel CPUs only.
+def cpu_vendor() -> str | None:
+    """The x86 vendor (GenuineIntel, AuthenticAMD, ...); None when /proc/cpuinfo names none."""
+    return cpuinfo().get("vendor_id")
 
-    MKL's packed product read SmolLM2's weights faster than `F.linear` at a decoding step's 4-16 rows on a Xeon
-    (0.56-0.90x the time) and slower on an AMD EPYC (Zen 5: 1.12-1.38x at 8-32 rows), where the benchmark's
-    generation took 6.11 s packed against 5.21 s (docs/performance.md, "Packed weights on an AMD EPYC"). A rule by
-    vendor rather than a timing at start-up, so that one machine always decodes the same way."""
+
+def wants_packed_weights(setting: bool | None) -> bool:
+    """speed.packed_weights as decided: true or false as set; None (the default) packs on Intel CPUs only.
+
+    MKL's packed product read SmolLM2's weights faster than `F.linear` at a decoding step's few rows on the Intel
+    CPU measured and slower on the AMD one (docs/performance.md, "What each lever does"). A rule by vendor rather than
+    a timing at start-up, so that one machine always decodes the same way."""
     return cpu_vendor() == "GenuineIntel" if setting is None else bool(setting)
 
 
@@ -168,7 +171,7 @@ class WeightPacks:
 
     A weight is packed again when it changes (its tensor's version counter moves: an optimizer step in full
     fine-tuning); LoRA's frozen base weights are packed once for the whole run. Costs one packed copy of every
-    weight it is asked for (0.54 GB for SmolLM2-135M) for as long as it lives."""
+    weight it is asked for for as long as it lives."""
 
     def __init__(self):
         self._packs: dict[tuple[int, ...], tuple] = {}
@@ -187,7 +190,7 @@ class WeightPacks:
             joined = weights[0].detach() if len(weights) == 1 else torch.cat([w.detach() for w in weights])
             return joined, torch.ops.mkl._mkl_reorder_linear_weight(joined.contiguous(), max(1, rows))
 
-        # kept for the run: not in the heap the training step reuses (fspo_lite.memory)
+        # kept for the run: not in the heap the training step reuses (fspo_lite.speed.allocator)
         joined, packed = made_apart(make)
         weight = joined if len(weights) == 1 else joined.new_zeros(()).expand(joined.shape)
         self._packs[key] = (versions, [weakref.ref(w) for w in weights], weight, packed)
@@ -264,9 +267,9 @@ def _joined(linears) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 
 class LlamaStep:
-    """Runs one decoding step on a cache of `PreallocatedLayer`s (`fspo_lite.rollout.decoding`) with the model's
+    """Runs one decoding step on a cache of `PreallocatedLayer`s (`fspo_lite.speed.decoding`) with the model's
     weights as they are when it is built. Without packs (inside `merged_lora_weights`, the merged weights): q, k
-    and v joined into one matrix, gate and up into another (copies: 0.28 GB for SmolLM2-135M while it decodes), so
+    and v joined into one matrix, gate and up into another (copies of those weights while it decodes), so
     a layer runs four matrix products instead of seven and rotates queries and keys in one pass. With `packs`: the
     same four products on the joined weights packed for MKL (kept in `packs`, no copy made per call), each LoRA
     adapter's term added beside them. Build it for one `decode` call; a weight changed afterwards is not seen."""

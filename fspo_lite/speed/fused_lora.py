@@ -2,10 +2,10 @@
 
 peft's LoRA layer computes the base product, the adapter's two small products, then `* scaling` and `+` on the whole
 (tokens x out_features) output, and autograd runs the same two full-size element-wise operations again backwards
-(the scaled gradient, and the sum of the input's two gradients). On 2 CPU cores those full-size passes cost more than
-the adapter's products: a SmolLM2-135M update runs about 2,000 of them over 8 x 64 x 1536 tensors. `lora_linear`
-folds the scale and the sum into the matrix products (`addmm` with alpha = s onto the base product, forward and
-backward), the way Unsloth's LoRA kernels do, and keeps the same tensors for the backward pass (x and x A^T).
+(the scaled gradient, and the sum of the input's two gradients). On a CPU those full-size passes can cost more than
+the adapter's products (docs/performance.md). `lora_linear` folds the scale and the sum into the matrix products
+(`addmm` with alpha = s onto the base product, forward and backward), the way Unsloth's LoRA kernels do, and keeps
+the same tensors for the backward pass (x and x A^T).
 
 One layer alone gives peft's outputs and gradients bit for bit when the scale is a power of two (the default
 lora_alpha / lora_r = 32 / 16 = 2: the multiplications by s are exact). In a whole model the outputs stay the same
@@ -13,10 +13,10 @@ bit for bit, and the gradients agree to float rounding: where several projection
 and up), autograd adds their input gradients in another grouping than peft's separate base and adapter terms
 (tests/test_fused_lora.py).
 
-`fused_lora(model)` swaps it in, inside a `with` block, for every peft LoRA `Linear` whose adapter is plain (one
-active adapter, no dropout, no DoRA or other variant, no LoRA bias, float weights of one dtype, a frozen
-`nn.Linear` base); other layers keep peft's forward, and so does a layer whose adapter is switched off inside the
-block (the reference pass) or that is called with peft's per-call arguments.
+`fused_lora(model)` swaps it in (speed.fused_lora), inside a `with` block, for every peft LoRA `Linear` whose adapter
+is plain (one active adapter, no dropout, no DoRA or other variant, no LoRA bias, float weights of one dtype, a
+frozen `nn.Linear` base); other layers keep peft's forward, and so does a layer whose adapter is switched off inside
+the block (the reference pass) or that is called with peft's per-call arguments.
 """
 
 from __future__ import annotations

@@ -34,16 +34,23 @@ LONG_PROMPTS = [DEMO + "Q: Which river flows through Paris?\nA:", DEMO + "Q: 2+2
 SHORT_PROMPTS = ["Question: which river flows through Paris? Answer:", "Q: 2+2?", "Name a liquid metal."]
 
 
+def with_live_adapter(name: str, std: float):
+    """The model `name` with an r=4 LoRA adapter whose B matrices are drawn N(0, std) (seed 1), so that the adapter
+    changes the computation (a fresh adapter's B is zero)."""
+    model, tokenizer = load_policy(ModelConfig(name=name, lora=True, lora_r=4, lora_alpha=8), seed=0)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter_name, parameter in model.named_parameters():
+            if "lora_B" in parameter_name:
+                parameter.normal_(0, std)
+    return model, tokenizer
+
+
 @pytest.fixture(scope="module")
 def tiny():
     """The tiny random model with a non-zero LoRA adapter (merging and fusing it then change the computation), and
     every 6th token an EOS (rows end at many different steps, so dropping ended rows is exercised)."""
-    model, tokenizer = load_policy(ModelConfig(name="tiny", lora=True, lora_r=4, lora_alpha=8), seed=0)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.05)
+    model, tokenizer = with_live_adapter("tiny", std=0.05)
     model.generation_config.eos_token_id = list(range(0, len(tokenizer), 6))
     return model, tokenizer
 
@@ -268,12 +275,7 @@ def smollm2():
     from fspo_lite.data.examples import load_examples
     from fspo_lite.data.prompts import prompt_text
 
-    model, tokenizer = load_policy(ModelConfig(name="smollm2-135m", lora=True, lora_r=4, lora_alpha=8), seed=0)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.normal_(0, 0.01)
+    model, tokenizer = with_live_adapter("smollm2-135m", std=0.01)
     prompts = [prompt_text(tokenizer, e, Config().data) for e in load_examples("bundled:kbqa_test", limit=4)]
     return model, tokenizer, prompts
 

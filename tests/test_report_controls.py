@@ -6,7 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from fspo_lite.drivers.report.controls import classify_reading, control_check, more_right_check
+from fspo_lite.drivers.report.controls import (classify_reading, control_check, control_lead, mass_reading,
+                                               more_right_check, more_right_lead, more_right_table)
 
 
 @pytest.mark.parametrize("control, fspo, gap, answer", [
@@ -122,8 +123,11 @@ def test_the_study_report_answers_both_questions(tmp_path):
     text = (tmp_path / "results" / "summary.md").read_text()
     assert "## Every arm on three axes: precision, detail, accuracy" in text
     assert "| random | 0.0 [0.0, 0.0] |" in text
-    assert "- **random: all of it** of FSPO's change in reasoning length." in text
-    assert "**(b) Does any arm lower step hallucination" in text and "**no arm does.**" in text
+    assert ("- **random: all of it** of FSPO's change in reasoning length (random - base -2.00 [-2.00, -2.00], "
+            "fspo - base -2.00 [-2.00, -2.00] sentences per response).") in text
+    assert "| reasoning sentences per response | -2.00 [-2.00, -2.00] | -2.00 [-2.00, -2.00] |" in text
+    assert "**(b) Does any arm lower step hallucination" in text and "**No arm does.**" in text
+    assert "| fspo | no | holds 0 / holds 0 / n/a |" in text   # no matched-length difference: no stratum in common
     # summary.md rendered again from summary.json (make report) holds the same sections
     from fspo_lite.drivers.report.render import summary_document
 
@@ -141,3 +145,55 @@ def test_a_study_without_the_new_arms_has_no_controls_section(tmp_path):
                              results_dir=tmp_path / "results"), Bootstrap(n_resamples=50))
     assert out["controls"] == {}
     assert "three axes" not in (tmp_path / "results" / "summary.md").read_text()
+
+
+def _judged(arm, answer, **by_judge):
+    """A question (b) row: judge -> (rate, supported) moves."""
+    return {"arm": arm, "answer": answer, "judges": [
+        {"judge": j, "rate": rate, "supported": sup, "matched": "holds 0", "more_right": rate == "down" and sup != "down",
+         "says_less": sup == "down"} for j, (rate, sup) in by_judge.items()]}
+
+
+def test_question_b_in_words_and_as_a_table():
+    rows = [_judged("fspo", "no", embedding=("down", "down"), kb=("down", "down")),
+            _judged("fspo+kb", "one judge", embedding=("down", "holds 0")),
+            _judged("random", "no", embedding=("holds 0", "holds 0"), kb=("holds 0", "down"))]
+    assert more_right_lead(rows).startswith("**No arm does.** More right under one judge only: fspo+kb.")
+    assert more_right_lead([{**rows[0], "answer": "yes"}]).startswith("**Yes: fspo.**")
+    assert more_right_lead([]).startswith("Not answered")
+    table = more_right_table(rows, ["embedding", "kb"])
+    assert table[2] == "| fspo | no | down / down / holds 0 | down / down / holds 0 |"
+    assert table[3] == "| fspo+kb | one judge | down / holds 0 / holds 0 | - |"   # kb: its training verifier
+
+
+def test_where_the_advantage_went_in_words():
+    rows = [_judged("fspo", "no", embedding=("down", "down")),
+            _judged("corver", "no", embedding=("down", "holds 0")),
+            _judged("random", "no", embedding=("holds 0", "holds 0")),
+            _judged("grpo+4x", "one judge", embedding=("down", "holds 0"))]
+    mass = [{"arm": "grpo", "unsupported": 0.08}, {"arm": "fspo", "unsupported": -0.19},
+            {"arm": "corver", "unsupported": -0.2}, {"arm": "random", "unsupported": 0.1},
+            {"arm": "grpo+4x", "unsupported": 0.0}]
+    text = mass_reading(mass, rows)
+    # grpo is the baseline of (b), not an arm of it; corver pushes against unsupported sentences and does not say less
+    assert text.startswith("The arms whose advantage pushes against unsupported sentences (fspo, corver): 1 of "
+                           "these 2 write fewer supported sentences than grpo under at least one held-out judge "
+                           "(corver do not).")
+    assert text.endswith("The other arms (random, grpo+4x) push unsupported sentences up, or not at all; of these, "
+                         "only grpo+4x lowers step hallucination under any held-out judge.")
+    assert mass_reading([], rows) == ""
+
+
+def test_question_a_lead_names_the_other_readings():
+    def reading(metric, answer, share=float("nan")):
+        return {"metric": metric, "answer": answer, "share": share,
+                **{f"{n}_{k}": v for n in ("control", "fspo", "gap") for k, v in
+                   (("diff", -0.1), ("low", -0.2), ("high", -0.05))}}
+
+    check = {"control": "random", "answer": "none of it", "readings": [
+        reading("sentences_per_response", "none of it"), reading("accuracy", "all of it", 0.59),
+        reading("step_hallucination@kb", "FSPO does not move it")]}
+    assert control_lead(check) == (
+        "**random: none of it** of FSPO's change in reasoning length (random - base -0.10 [-0.20, -0.05], fspo - "
+        "base -0.10 [-0.20, -0.05] sentences per response); all of it of its change in accuracy (share 0.59).")
+    assert control_lead({"control": "format", "answer": "n/a", "readings": []}).startswith("format: not answered")

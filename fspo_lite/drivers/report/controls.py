@@ -173,38 +173,90 @@ def reading_label(metric: str) -> str:
     return label.get(name, name) + (f" ({judge} judge)" if judge else "")
 
 
-def control_text(check: dict) -> str:
-    """Question (a) for one control in words: the headline, then every reading with its numbers."""
+def control_lead(check: dict) -> str:
+    """Question (a) for one control in one sentence: its answer on reasoning length (the headline), then the other
+    readings FSPO moves, grouped by answer."""
     control = check["control"]
     if check["answer"] == "n/a":
         return f"{control}: not answered ({control}, {REFERENCE} or {BASE} was not evaluated)."
-    parts = []
+    others: dict[str, list[str]] = {}
+    for r in check["readings"][1:]:
+        if r["answer"] != "FSPO does not move it":
+            share = f" (share {r['share']:.2f})" if r["answer"] in ("all of it", "part of it") else ""
+            others.setdefault(r["answer"], []).append(reading_label(r["metric"]) + share)
+    rest = "; ".join(f"{answer} of its change in {', '.join(labels)}" for answer, labels in others.items())
+    head = check["readings"][0]
+    numbers = ", ".join(f"{who} {format_interval(head['metric'], head[f'{k}_diff'], head[f'{k}_low'], head[f'{k}_high'], True)}"
+                        for who, k in ((f"{control} - {BASE}", "control"), (f"{REFERENCE} - {BASE}", "fspo")))
+    return (f"**{control}: {check['answer']}** of FSPO's change in reasoning length ({numbers} sentences per "
+            "response)" + (f"; {rest}" if rest else "") + ".")
+
+
+def control_table(check: dict) -> list[str]:
+    """Question (a) for one control as a table: every reading's three differences and the rule's answer."""
+    control = check["control"]
+    lines = [f"| reading | {control} - {BASE} | {REFERENCE} - {BASE} | {REFERENCE} - {control} | answer |",
+             "|---|---|---|---|---|"]
     for r in check["readings"]:
         metric = r["metric"]
-        parts.append(f"{reading_label(metric)}: {r['answer']} ({control} - {BASE} "
-                     f"{format_interval(metric, r['control_diff'], r['control_low'], r['control_high'], True)}, "
-                     f"{REFERENCE} - {BASE} "
-                     f"{format_interval(metric, r['fspo_diff'], r['fspo_low'], r['fspo_high'], True)}, "
-                     f"{REFERENCE} - {control} "
-                     f"{format_interval(metric, r['gap_diff'], r['gap_low'], r['gap_high'], True)}"
-                     + (f"; share {r['share']:.2f}" if r["answer"] in ("all of it", "part of it") else "") + ")")
-    return (f"**{control}: {check['answer']}** of FSPO's change in reasoning length. " + "; ".join(parts) + ".")
+        cells = [format_interval(metric, r[f"{name}_diff"], r[f"{name}_low"], r[f"{name}_high"], True)
+                 for name in ("control", "fspo", "gap")]
+        share = f" (share {r['share']:.2f})" if r["answer"] in ("all of it", "part of it") else ""
+        lines.append(f"| {reading_label(metric)} | " + " | ".join(cells) + f" | {r['answer']}{share} |")
+    return lines
 
 
-def more_right_text(rows: list[dict]) -> str:
-    """Question (b)'s answer in words."""
+def more_right_lead(rows: list[dict]) -> str:
+    """Question (b)'s answer in one sentence."""
     if not rows:
-        return "not answered: no arm besides grpo was evaluated under a held-out judge."
+        return "Not answered: no arm besides grpo was evaluated under a held-out judge."
     yes = [r["arm"] for r in rows if r["answer"] == "yes"]
     one = [r["arm"] for r in rows if r["answer"] == "one judge"]
-    head = (f"yes: {', '.join(yes)}" if yes else "no arm does") + (
-        f" ({', '.join(one)}: under one judge only)" if one else "")
-    detail = "; ".join(
-        f"{r['arm']} {r['answer']} (" + ", ".join(
-            f"{j['judge']}: rate {j['rate']}, supported {j['supported']}, matched {j['matched']}"
-            for j in r["judges"]) + ")" for r in rows)
-    return (f"**{head}.** {detail}. With this many arms and judges, about one reading in twenty falls outside its "
-            "interval by chance.")
+    head = f"**Yes: {', '.join(yes)}.**" if yes else "**No arm does.**"
+    return head + (f" More right under one judge only: {', '.join(one)}." if one else "") + (
+        " With this many arms and judges, about one reading in twenty falls outside its interval by chance.")
+
+
+def more_right_table(rows: list[dict], judges: Sequence[str]) -> list[str]:
+    """Question (b) as a table: per arm and held-out judge, where its step hallucination and its supported sentences
+    per response lie against grpo, and the matched-length difference; '-' where the judge is its training verifier."""
+    lines = ["| arm | answer | " + " | ".join(f"{j} judge: rate / supported / matched" for j in judges) + " |",
+             "|---|---|" + "---|" * len(judges)]
+    for r in rows:
+        by_judge = {j["judge"]: j for j in r["judges"]}
+        cells = [" / ".join(by_judge[j][k] for k in ("rate", "supported", "matched")) if j in by_judge else "-"
+                 for j in judges]
+        lines.append(f"| {r['arm']} | {r['answer']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def judges_in(more_right: list[dict]) -> list[str]:
+    """The held-out judges question (b) read, in their order."""
+    return list(dict.fromkeys(j["judge"] for r in more_right for j in r["judges"]))
+
+
+def mass_reading(mass: Sequence[dict], more_right: list[dict], region: str = "unsupported") -> str:
+    """Where the advantage went, in words: which arms push against unsupported sentences (a net push below 0 on
+    them) and whether those write fewer supported sentences; whether the others lower step hallucination."""
+    answers = {r["arm"]: r for r in more_right}
+    against = [m["arm"] for m in mass if m.get(region, 0.0) < 0 and m["arm"] in answers]
+    others = [m["arm"] for m in mass if m.get(region, 0.0) >= 0 and m["arm"] in answers]
+    if not against and not others:
+        return ""
+    short = [a for a in against if any(j["says_less"] for j in answers[a]["judges"])]
+    lower = [a for a in others if any(j["rate"] == "down" for j in answers[a]["judges"])]
+    parts = []
+    if against:
+        parts.append(f"The arms whose advantage pushes against unsupported sentences ({', '.join(against)}): "
+                     f"{len(short)} of these {len(against)} write fewer supported sentences than grpo under at least "
+                     "one held-out judge"
+                     + (f" ({', '.join(a for a in against if a not in short)} do not)" if len(short) < len(against)
+                        else "") + ".")
+    if others:
+        parts.append(f"The other arms ({', '.join(others)}) push unsupported sentences up, or not at all; "
+                     + (f"of these, only {', '.join(lower)} lowers step hallucination under any held-out judge."
+                        if lower else "none of them lowers step hallucination under any held-out judge."))
+    return " ".join(parts)
 
 
 def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judges: Sequence[str],
@@ -213,20 +265,34 @@ def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judge
     statistics.controls: control_checks, more_right, advantage_mass) and the study's tables: every arm on the three
     axes, then both questions' answers and where the advantage went."""
     checks, more_right = controls["control_checks"], controls["more_right"]
-    mass = pd.DataFrame(controls.get("advantage_mass") or [])
+    mass = controls.get("advantage_mass") or []
     lines = three_axes_markdown(tables, matched, judges, arms, baseline, pct)
     lines += ["", "## Controls and newer rewards: the two questions", "",
-                          "Rules fixed before these runs were read: docs/statistics.md, "
-                          "\"Controls and newer rewards\".",
-                          "", "**(a) How much of FSPO's change does a reward without information produce?**", ""]
-    lines += [f"- {control_text(check)}" for check in checks]
+              "Rules fixed before these runs were read: docs/statistics.md, \"Controls and newer rewards\". A "
+              f"difference *moves down* or *up* when its {pct} interval lies below or above 0, and *holds 0* otherwise.",
+              "", "**(a) How much of FSPO's change does a reward without information produce?** Each control's change "
+              f"from the base model beside FSPO's, and the gap between them. *all of it*: the control moves the "
+              "reading the same way and FSPO - control holds 0; *part of it*: FSPO moves it further; *none of it*: "
+              "the control does not move it that way while FSPO does."]
+    for check in checks:
+        lines += ["", f"- {control_lead(check)}"]
+        if check["readings"]:
+            lines += ["", *control_table(check)]
     lines += ["", "**(b) Does any arm lower step hallucination against grpo without writing fewer supported "
-                  "sentences per response?** " + more_right_text(more_right)]
-    if len(mass):
-        regions = [c for c in mass.columns if c != "arm"]
+                  "sentences per response?** " + more_right_lead(more_right)]
+    if more_right:
+        lines += ["", f"*yes*: step hallucination moves down and supported sentences do not, under at least two "
+                      "held-out judges, supported sentences move down under none, and no matched-length difference "
+                      "moves up. Per judge, against grpo: the rate, the supported sentences, the rate at matched "
+                      "length ('-': the arm's training verifier, not a held-out judge for it).", "",
+                  *more_right_table(more_right, judges)]
+    if mass:
+        regions = [c for c in mass[0] if c != "arm"]
         lines += ["", "Where the advantage went (net push sum A / sum |A| per region of the sampled responses, mean "
                       "over steps and seeds; docs/gradient_mass.md):", "",
                   "| arm | " + " | ".join(regions) + " |", "|---|" + "---|" * len(regions)]
-        lines += [f"| {row['arm']} | " + " | ".join(f"{row[r]:+.2f}" for r in regions) + " |"
-                  for row in mass.to_dict(orient="records")]
+        lines += [f"| {row['arm']} | " + " | ".join(f"{row[r]:+.2f}" for r in regions) + " |" for row in mass]
+        reading = mass_reading(mass, more_right)
+        if reading:
+            lines += ["", f"**Where the advantage went.** {reading}"]
     return lines

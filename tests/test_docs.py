@@ -51,6 +51,17 @@ def test_forest_plot_labels_are_words_and_it_has_a_title(tmp_path):
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == ["accuracy", "step hallucination, embedding judge"]
     assert fig._suptitle.get_text() == "T"
+    # a metric whose differences are all NaN (no checkable sentence) gets no empty row; a NaN method no point
+    nan = rows.assign(diff=[0.1, 0.1, float("nan"), float("nan")])
+    fig = plot_forest(nan, ["accuracy", "step_hallucination@embedding"], tmp_path / "g.png")
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["accuracy"]
+    one = rows.assign(diff=[0.1, 0.1, 0.1, float("nan")])
+    fig = plot_forest(one, ["accuracy", "step_hallucination@embedding"], tmp_path / "h.png")
+    assert len(fig.axes[0].get_yticklabels()) == 2 and len(fig.axes[0].lines) < len(
+        plot_forest(rows, ["accuracy", "step_hallucination@embedding"], tmp_path / "i.png").axes[0].lines)
+    assert plot_forest(rows.assign(diff=float("nan")), ["accuracy"], tmp_path / "j.png") is None
+    import matplotlib.pyplot as plt
+    plt.close("all")
 
 
 def test_colab_install_cells_add_the_extras_the_notebooks_defaults_need():

@@ -221,8 +221,12 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
                 title: str = ""):
     """Forest plot: every (metric, method) paired difference to the baseline with its interval, shares in
     percentage points, counts per response in their unit (two panels when both kinds are present). One label per
-    metric (`metric_label`), the methods told apart by colour."""
+    metric (`metric_label`), the methods told apart by colour. A difference that is not a number (no checkable
+    sentence on either side, say) is left out, and a metric with none left loses its label."""
     plt = pyplot()
+    differences = differences[pd.to_numeric(differences["diff"], errors="coerce").notna()]
+    if differences.empty:
+        return None
     metrics = [m for m in metrics if m in set(differences["metric"])]
     groups = [g for g in ([m for m in metrics if is_share(m) or m in DECOMPOSITION],
                           [m for m in metrics if not (is_share(m) or m in DECOMPOSITION)]) if g]

@@ -336,7 +336,8 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
 
     if len(tables["differences"]):
         record("paired_differences", plot_paired_differences(tables["differences"], matched, judges,
-                                                             path("paired_differences"), bootstrap.level))
+                                                             path("paired_differences"), bootstrap.level),
+               "no paired difference to the baseline is a number")
     why = judges_not_drawn(tables["methods"], judges)
     record("step_hallucination_by_judge", plot_judges(tables["methods"], judges, path("step_hallucination_by_judge"),
                                                       study.order), why)

@@ -133,6 +133,8 @@ def test_the_study_report_answers_both_questions(tmp_path):
 
     stats = json.loads(json.dumps({k: v for k, v in out.items() if k != "markdown"}))
     again = summary_document({"statistics": stats, "report": {"order": order, "title": "t"}})
+    assert ("- Controls and newer rewards: (a) random: **all of it**, format: **none of it** of FSPO's change in "
+            "reasoning length. (b) **No arm does.**") in again.split("## Per method")[0]
     start = text.index("## Every arm on three axes")
     assert text[start:text.index("## Paired differences")] in again
 

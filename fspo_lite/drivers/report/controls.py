@@ -192,6 +192,15 @@ def control_lead(check: dict) -> str:
             "response)" + (f"; {rest}" if rest else "") + ".")
 
 
+def control_headline(checks: list[dict]) -> str:
+    """Question (a)'s headline for every control in one sentence: 'random: none of it, format: none of it of FSPO's
+    change in reasoning length.'"""
+    answered = [c for c in checks if c["answer"] != "n/a"]
+    if not answered:
+        return "not answered: no control, fspo and base were all evaluated."
+    return ", ".join(f"{c['control']}: **{c['answer']}**" for c in answered) + " of FSPO's change in reasoning length."
+
+
 def control_table(check: dict) -> list[str]:
     """Question (a) for one control as a table: every reading's three differences and the rule's answer."""
     control = check["control"]

@@ -20,6 +20,7 @@ import pandas as pd
 
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.evaluation.result_files import read_summary
+from fspo_lite.drivers.report.controls import control_headline, more_right_lead
 from fspo_lite.drivers.report.lite import summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges
 from fspo_lite.drivers.report.study import format_interval
@@ -175,7 +176,12 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
     table = pd.DataFrame.from_dict(summary.get("methods") or {}, orient="index").astype(float, errors="ignore")
     diagnostics = summary.get("training_diagnostics")
     diagnostics = pd.DataFrame.from_dict(diagnostics, orient="index") if diagnostics else None
-    lines = [f"# {title}", "", "## Verdict", "", *verdict_markdown(verdict(summary, audit)), ""]
+    lines = [f"# {title}", "", "## Verdict", "", *verdict_markdown(verdict(summary, audit))]
+    controls = (summary.get("statistics") or {}).get("controls")
+    if controls:  # the two questions' answers in one line; their section below has the tables
+        lines.append(f"- Controls and newer rewards: (a) {control_headline(controls['control_checks'])} (b) "
+                     + more_right_lead(controls["more_right"]))
+    lines.append("")
     if len(table):
         text = summary_markdown(table, None, diagnostics, summary.get("settings"), title="")
         lines.append("## Per method\n" + text.split("\n", 1)[1])

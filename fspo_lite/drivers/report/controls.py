@@ -282,7 +282,9 @@ def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judge
               "", "**(a) How much of FSPO's change does a reward without information produce?** Each control's change "
               f"from the base model beside FSPO's, and the gap between them. *all of it*: the control moves the "
               "reading the same way and FSPO - control holds 0; *part of it*: FSPO moves it further; *none of it*: "
-              "the control does not move it that way while FSPO does."]
+              "the control does not move it that way while FSPO does. The share is the control's change over FSPO's (point "
+              "estimates): *all of it* with a share below 1 means the interval of FSPO - control holds 0, not that "
+              "the two changes are equal."]
     for check in checks:
         lines += ["", f"- {control_lead(check)}"]
         if check["readings"]:

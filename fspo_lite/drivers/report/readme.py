@@ -88,6 +88,9 @@ def controls_block(summary: dict) -> str:
     more_right = controls["more_right"]
     lines = ["**(a) How much of FSPO's change does a reward without information produce?**", "",
              *[f"- {control_lead(c)}" for c in controls["control_checks"]], "",
+             "(*all of it*: the control moves the reading the same way as FSPO and FSPO - control holds 0; the share "
+             "is the control's change over FSPO's, point estimates. *none of it*: the control does not move it that "
+             "way while FSPO does.)", "",
              "**(b) Does any arm lower step hallucination against grpo without writing fewer supported sentences "
              f"per response?** {more_right_lead(more_right)}"]
     if more_right:

@@ -101,7 +101,7 @@ lite: $(STAMP)
 lite-quick: $(STAMP)
 	$(BIN)/python -m fspo_lite lite --profile quick
 
-# the study (configs/lite/study.yaml; 2 h to 4.1 h on 2 CPU cores, docs/performance.md; resumable: rerun to go on). Full
+# the study (configs/lite/study.yaml; 60 runs, hours on 2 CPU cores: docs/performance.md; resumable: rerun to go on). Full
 # TruthfulQA / HaluEval copies come from the data folder (DATA_DIR, else $$FSPO_LITE_DATA, else ~/.cache/fspo-lite/data;
 # `python -m fspo_lite data prepare truthfulqa halueval_qa_test`) when there, else the bundled samples
 study: $(STAMP)

@@ -556,3 +556,31 @@ def test_run_row_is_one_short_row_of_a_run():
     base = run_row({"method": "base", "seed": None, "metrics": {"multihop.correct": 0.5,
                                                                 "multihop.step_hallucination_rate": float("nan")}})
     assert base["accuracy %"] == 50.0 and math.isnan(base["step hallucination %"]) and base["minutes"] is None
+
+
+def test_the_studys_thirteen_models_get_thirteen_colours_and_keep_them_across_figures(tmp_path):
+    """matplotlib's default cycle repeats after ten colours: with base and 12 arms, ternary would share base's blue.
+    Every bar of the judges' figure has its own colour, and the forest plot (no baseline row) colours each method
+    as the bar figure does."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from fspo_lite.drivers import report
+    from fspo_lite.drivers.report.plots import plot_forest
+
+    order = ["base", "grpo", "fspo", "caution", "fspo+detail", "fspo+kb", "grpo+4x", "fspo+4x", "random", "format",
+             "ternary", "binary", "corver"]
+    rows = [{"metric": f"{kind}@embedding", "method": m, "mean": 0.4, "low": 0.3, "high": 0.5}
+            for m in order for kind in ("step_hallucination", "checkable_per_response")]
+    fig = report.plot_judges(pd.DataFrame(rows), ["embedding"], tmp_path / "judges.png", order)
+    bars = {to_hex(p.get_facecolor()) for p in fig.axes[0].patches}
+    assert len(bars) == len(order)
+    colour_of = {t.get_text(): to_hex(h.get_facecolor()) for t, h in
+                 zip(fig.axes[0].get_legend().get_texts(), fig.axes[0].get_legend().legend_handles)}
+    differences = pd.DataFrame([{"metric": "accuracy", "method": m, "baseline": "grpo", "diff": 0.1, "low": 0.0,
+                                 "high": 0.2} for m in order if m not in ("grpo", "base")])
+    forest = plot_forest(differences, ["accuracy"], tmp_path / "forest.png", order=order)
+    legend = forest.axes[-1].get_legend()
+    forest_colour = {t.get_text(): to_hex(h.get_color()) for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert forest_colour == {m: colour_of[m] for m in forest_colour} and len(forest_colour) == len(order) - 2
+    plt.close("all")

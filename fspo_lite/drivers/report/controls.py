@@ -186,8 +186,9 @@ def control_lead(check: dict) -> str:
             others.setdefault(r["answer"], []).append(reading_label(r["metric"]) + share)
     rest = "; ".join(f"{answer} of its change in {', '.join(labels)}" for answer, labels in others.items())
     head = check["readings"][0]
-    numbers = ", ".join(f"{who} {format_interval(head['metric'], head[f'{k}_diff'], head[f'{k}_low'], head[f'{k}_high'], True)}"
-                        for who, k in ((f"{control} - {BASE}", "control"), (f"{REFERENCE} - {BASE}", "fspo")))
+    pairs = ((f"{control} - {BASE}", "control"), (f"{REFERENCE} - {BASE}", "fspo"))
+    numbers = ", ".join(f"{who} " + format_interval(head["metric"], head[f"{k}_diff"], head[f"{k}_low"],
+                                                    head[f"{k}_high"], True) for who, k in pairs)
     return (f"**{control}: {check['answer']}** of FSPO's change in reasoning length ({numbers} sentences per "
             "response)" + (f"; {rest}" if rest else "") + ".")
 
@@ -278,13 +279,14 @@ def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judge
     lines = three_axes_markdown(tables, matched, judges, arms, baseline, pct)
     lines += ["", "## Controls and newer rewards: the two questions", "",
               "Rules fixed before these runs were read: docs/statistics.md, \"Controls and newer rewards\". A "
-              f"difference *moves down* or *up* when its {pct} interval lies below or above 0, and *holds 0* otherwise.",
+              f"difference *moves down* or *up* when its {pct} interval lies below or above 0, and *holds 0* "
+              "otherwise.",
               "", "**(a) How much of FSPO's change does a reward without information produce?** Each control's change "
               f"from the base model beside FSPO's, and the gap between them. *all of it*: the control moves the "
               "reading the same way and FSPO - control holds 0; *part of it*: FSPO moves it further; *none of it*: "
-              "the control does not move it that way while FSPO does. The share is the control's change over FSPO's (point "
-              "estimates): *all of it* with a share below 1 means the interval of FSPO - control holds 0, not that "
-              "the two changes are equal."]
+              "the control does not move it that way while FSPO does. The share is the control's change over "
+              "FSPO's (point estimates): *all of it* with a share below 1 means the interval of FSPO - control holds "
+              "0, not that the two changes are equal."]
     for check in checks:
         lines += ["", f"- {control_lead(check)}"]
         if check["readings"]:

@@ -26,10 +26,31 @@ def pyplot():
     return plt
 
 
+METHOD_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                 "#17becf", "#000000", "#000080", "#e6007e", "#ffd700", "#006d6f")
+"""One colour per method, in the study's order: matplotlib's ten default colours, then five more, so that the
+study's 13 models (base and 12 arms) never share one (the default cycle repeats after ten)."""
+
+
+def method_color(method: str, order: Sequence[str] | None = None, k: int = 0) -> str:
+    """A method's colour: by its place in `order` (the study's order, base first), so that it is the same in every
+    figure whichever methods that figure draws; the k-th colour for a method not in `order`."""
+    index = list(order).index(method) if order and method in order else k
+    return METHOD_COLORS[index % len(METHOD_COLORS)]
+
+
+def legend_outside(ax, handles_from=None, **options) -> None:
+    """The legend right of `ax`, outside every panel, so that it hides no point, bar or title (the saved image is
+    cropped to what is drawn, legend included)."""
+    handles, labels = (handles_from or ax).get_legend_handles_labels()
+    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), **options)
+
+
 def save_figure(fig, path: str | Path | None):
     """Lay the figure out and write it to `path` (`save_png`, cropped to what is drawn) when a path is given;
     return the figure."""
-    fig.tight_layout()
+    titled = bool(fig.get_suptitle())  # tight_layout leaves a figure title no room of its own: keep 0.4 inch
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / fig.get_figheight()) if titled else None)
     if path is not None:
         save_png(fig, path, tight_box=True)
     return fig
@@ -46,8 +67,8 @@ def method_row(table: pd.DataFrame, metric: str, method: str) -> pd.Series | Non
     return None if rows.empty else rows.iloc[0]
 
 
-def grouped_bars(ax, groups: Sequence[str], methods: Sequence[str], bar) -> None:
-    """One group of bars per entry of `groups` (its x tick label), one bar per method in colour C<k>, named in the
+def grouped_bars(ax, groups: Sequence[str], methods: Sequence[str], bar, order: Sequence[str] | None = None) -> None:
+    """One group of bars per entry of `groups` (its x tick label), one bar per method in its colour, named in the
     legend by the first group. `bar(method, group)` gives (height, error below, error above), or None for no bar."""
     width = 0.8 / max(len(methods), 1)
     for k, method in enumerate(methods):
@@ -56,8 +77,8 @@ def grouped_bars(ax, groups: Sequence[str], methods: Sequence[str], bar) -> None
             if value is None:
                 continue
             height, below, above = value
-            ax.bar(j + k * width, height, width, color=f"C{k}", label=method if j == 0 else None,
-                   yerr=[[below], [above]], capsize=3)
+            ax.bar(j + k * width, height, width, color=method_color(method, order, k),
+                   label=method if j == 0 else None, yerr=[[below], [above]], capsize=3)
     ax.set_xticks([j + width * (len(methods) - 1) / 2 for j in range(len(groups))])
     ax.set_xticklabels(groups)
 
@@ -123,7 +144,7 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
 
     for ax, (key, label) in zip(axes.flat, CURVES):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
-        for method in methods:
+        for k, method in enumerate(methods):
             if key not in training:
                 continue
             per_step = training[training["method"] == method].groupby("step")[key]
@@ -131,13 +152,13 @@ def plot_training_curves(training: pd.DataFrame, path: str | Path | None = None,
             if mean.isna().all():
                 continue
             line, = ax.plot(mean.index, mean.values, label=method, marker="o" if len(mean) <= 20 else None,
-                            markersize=4)  # markers: a run of one or a few steps is still visible
+                            markersize=4, color=method_color(method, order, k))  # markers: a short run still shows
             ax.fill_between(mean.index, low.values, high.values, color=line.get_color(), alpha=0.2)
         if not ax.get_lines():
             ax.text(0.5, 0.5, "no values logged", ha="center", va="center", transform=ax.transAxes, color="0.5")
         ax.set_title(label)
         ax.set_xlabel("step")
-    axes.flat[0].legend()
+    legend_outside(axes.flat[2], handles_from=axes.flat[0])
     return save_figure(fig, path)
 
 
@@ -150,16 +171,16 @@ def plot_accuracy_vs_hallucination(heldout: pd.DataFrame, path: str | Path | Non
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     methods = method_order(heldout, order)
-    for method in methods:
+    for k, method in enumerate(methods):
         rows = heldout[heldout["method"] == method]
         x, y = 100 * rows["step_hallucination"], 100 * rows["accuracy"]
-        dots = ax.scatter(x, y, alpha=0.4, s=18)
+        dots = ax.scatter(x, y, alpha=0.4, s=18, color=method_color(method, order, k))
         ax.errorbar(x.mean(), y.mean(), xerr=[[x.mean() - x.min()], [x.max() - x.mean()]],
                     yerr=[[y.mean() - y.min()], [y.max() - y.mean()]], fmt="*" if method == "base" else "o",
                     color=dots.get_facecolor()[0][:3], markersize=10, capsize=3, label=method)
     ax.set_xlabel("held-out step-level hallucination (% of judged sentences)")
     ax.set_ylabel("held-out answer accuracy (%)")
-    ax.legend()
+    legend_outside(ax)
     return save_figure(fig, path)
 
 
@@ -218,11 +239,13 @@ def metric_label(metric: str) -> str:
 
 
 def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | Path | None = None,
-                title: str = ""):
+                title: str = "", order: Sequence[str] | None = None):
     """Forest plot: every (metric, method) paired difference to the baseline with its interval, shares in
     percentage points, counts per response in their unit (two panels when both kinds are present). One label per
-    metric (`metric_label`), the methods told apart by colour. A difference that is not a number (no checkable
-    sentence on either side, say) is left out, and a metric with none left loses its label."""
+    metric (`metric_label`), the methods told apart by colour (each keeps its colour of the other figures:
+    `method_color` by its place in `order`), named in one legend right of the last panel. A difference that is not
+    a number (no checkable sentence on either side, say) is left out, and a metric with none left loses its
+    label."""
     plt = pyplot()
     differences = differences[pd.to_numeric(differences["diff"], errors="coerce").notna()]
     if differences.empty:
@@ -231,6 +254,7 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
     groups = [g for g in ([m for m in metrics if is_share(m) or m in DECOMPOSITION],
                           [m for m in metrics if not (is_share(m) or m in DECOMPOSITION)]) if g]
     methods = list(differences["method"].unique())
+    colors = {m: method_color(m, order, k) for k, m in enumerate(methods)}
     height = max(2.5, 0.3 * max(len(g) for g in groups) * len(methods) + 1.2)
     fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), height), squeeze=False)
     for ax, group, unit in zip(axes[0], groups, ("percentage points", "per response") if len(groups) == 2 else
@@ -246,7 +270,7 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
                 scale = metric_scale(metric)
                 ax.errorbar(row["diff"] * scale, -position, xerr=[[(row["diff"] - row["low"]) * scale],
                                                                   [(row["high"] - row["diff"]) * scale]],
-                            fmt="o", color=f"C{k}", capsize=3, label=method if i == 0 else None)
+                            fmt="o", color=colors[method], capsize=3, label=method if i == 0 else None)
                 position += 1
             if position > first:
                 ticks.append(-(first + position - 1) / 2)
@@ -257,7 +281,7 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
         ax.set_yticks(ticks)
         ax.set_yticklabels(labels, fontsize=9)
         ax.set_xlabel(f"difference to {differences['baseline'].iloc[0]} ({unit})")
-        ax.legend(fontsize=8)
+    legend_outside(axes[0][-1], handles_from=axes[0][0])
     if title:
         fig.suptitle(title, fontsize=11)
     return save_figure(fig, path)
@@ -279,9 +303,9 @@ def plot_judges(methods_table: pd.DataFrame, judges: Sequence[str], path: str | 
         low, high = (0.0, 0.0) if math.isnan(r["low"]) else (r["mean"] - r["low"], r["high"] - r["mean"])
         return 100 * r["mean"], 100 * low, 100 * high
 
-    grouped_bars(ax, judges, method_order(methods_table, order), bar)
+    grouped_bars(ax, judges, method_order(methods_table, order), bar, order)
     ax.set_ylabel("step hallucination (% of checkable sentences)")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return save_figure(fig, path)
 
 
@@ -302,12 +326,12 @@ def plot_supported_unsupported(methods_table: pd.DataFrame, judges: Sequence[str
             if x is None or y is None:
                 continue
             ax.errorbar(x["mean"], y["mean"], xerr=[[x["mean"] - x["low"]], [x["high"] - x["mean"]]],
-                        yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o", color=f"C{k}",
-                        capsize=3, label=method)
+                        yerr=[[y["mean"] - y["low"]], [y["high"] - y["mean"]]], fmt="o",
+                        color=method_color(method, order, k), capsize=3, label=method)
         ax.set_title(f"judge: {judge}")
         ax.set_xlabel("unsupported sentences per response")
         ax.set_ylabel("supported sentences per response")
-    axes[0][0].legend(fontsize=8)
+    legend_outside(axes[0][-1], handles_from=axes[0][0])
     return save_figure(fig, path)
 
 
@@ -321,7 +345,7 @@ def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, 
         return None
     plt = pyplot()
     methods = method_order(training, order) if f"adv_abs_share/{REGIONS[0]}" in training else []
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4.5))
     for k, method in enumerate(methods):
         runs = training[training["method"] == method]
         bottom = 0.0
@@ -335,12 +359,12 @@ def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, 
         mean = signed.mean()
         return mean, mean - signed.min(), signed.max() - mean
 
-    grouped_bars(right, REGIONS, methods, net_push)
+    grouped_bars(right, REGIONS, methods, net_push, order)
     left.set_xticks(range(len(methods)))
     left.set_xticklabels(methods, rotation=30, ha="right")
     left.set_ylabel("share of sum |A| over tokens")
-    left.legend(fontsize=8, loc="upper right")
+    legend_outside(left)
     right.axhline(0, color="black", linewidth=0.8)
     right.set_ylabel("sum A / sum |A| (net push up > 0)")
-    right.legend(fontsize=8)
+    legend_outside(right)
     return save_figure(fig, path)

@@ -251,7 +251,8 @@ def draw_figures(summary: dict, root: str | Path) -> list[Path]:
     judges = stats.get("judges") or []
     if "paired_differences" in paths and stats.get("differences"):
         plot_paired_differences(_frame(stats["differences"]), _frame(stats.get("matched_length")), judges,
-                                paths["paired_differences"], stats.get("level", 0.95))
+                                paths["paired_differences"], stats.get("level", 0.95),
+                                report_settings(summary)["order"])
     if "step_hallucination_by_judge" in paths and judges:
         plot_judges(_frame(stats["methods"]), judges, paths["step_hallucination_by_judge"],
                     report_settings(summary)["order"])

@@ -241,7 +241,7 @@ def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
 
 
 def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | None, judges: Sequence[str],
-                            path: str | Path | None = None, level: float = 0.95):
+                            path: str | Path | None = None, level: float = 0.95, order: Sequence[str] | None = None):
     """The study's forest plot: accuracy, declines, step hallucination per judge (raw and at matched length), and
     for the main judge the sentence counts per response; every method against the baseline."""
     main = judges[0] if judges else None
@@ -255,8 +255,9 @@ def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | N
         shown = pd.concat([shown, extra[columns]], ignore_index=True)
         forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
     baseline = differences["baseline"].iloc[0]
-    return plot_forest(shown, forest, path, title=f"Each method minus {baseline} on the same held-out questions: "
-                                                  f"mean over seeds with its {level:.0%} bootstrap interval")
+    title = f"Each method minus {baseline} on the same held-out questions: mean over seeds with its {level:.0%} " \
+            "bootstrap interval"
+    return plot_forest(shown, forest, path, title=title, order=order)
 
 
 @dataclass(frozen=True)
@@ -336,7 +337,8 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
 
     if len(tables["differences"]):
         record("paired_differences", plot_paired_differences(tables["differences"], matched, judges,
-                                                             path("paired_differences"), bootstrap.level),
+                                                             path("paired_differences"), bootstrap.level,
+                                                             study.order),
                "no paired difference to the baseline is a number")
     why = judges_not_drawn(tables["methods"], judges)
     record("step_hallucination_by_judge", plot_judges(tables["methods"], judges, path("step_hallucination_by_judge"),

@@ -584,3 +584,32 @@ def test_the_studys_thirteen_models_get_thirteen_colours_and_keep_them_across_fi
     forest_colour = {t.get_text(): to_hex(h.get_color()) for t, h in zip(legend.get_texts(), legend.legend_handles)}
     assert forest_colour == {m: colour_of[m] for m in forest_colour} and len(forest_colour) == len(order) - 2
     plt.close("all")
+
+
+def test_every_axis_at_matched_length_by_hand():
+    """Two length strata (1 sentence, 2 or more). grpo: q1 1 sentence, right, supported; q2 2 sentences, wrong, both
+    unsupported; q3 no sentence (in no stratum). fspo: q1 1 sentence, wrong, unsupported; q2 1 sentence, right,
+    supported; q3 2 sentences, right, both supported. Weights: 3 of the 5 responses with a sentence have one, so
+    (0.6, 0.4). Accuracy: fspo 0.6 x 1/2 + 0.4 x 1 = 0.7, grpo 0.6 x 1 + 0.4 x 0 = 0.6. Supported per response: fspo
+    0.6 x 1/2 + 0.4 x 2 = 1.1, grpo 0.6. Step hallucination: fspo 0.6 x 1/2 + 0.4 x 0 = 0.3, grpo 0.6 x 0 + 0.4 x 1."""
+    from fspo_lite.drivers.report import matched_length
+
+    def response(method, question, correct, supported, unsupported):
+        sentences = supported + unsupported
+        return {"method": method, "seed": 0, "question": question, "sentences": sentences, "correct": float(correct),
+                "supported@e": supported, "unsupported@e": unsupported, "checkable@e": sentences}
+
+    responses = pd.DataFrame([response("grpo", "q1", 1, 1, 0), response("grpo", "q2", 0, 0, 2),
+                              response("grpo", "q3", 1, 0, 0), response("fspo", "q1", 0, 0, 1),
+                              response("fspo", "q2", 1, 1, 0), response("fspo", "q3", 1, 2, 0),
+                              response("base", "q1", 1, 1, 0)])
+    expected = {"accuracy": (0.7, 0.6), "supported_per_response": (1.1, 0.6), "step_hallucination": (0.3, 0.4)}
+    for quantity, (fspo, grpo) in expected.items():
+        rows = matched_length(responses, strata=2, n_resamples=20, quantity=quantity)
+        assert list(rows["method"]) == ["fspo"]  # base is not compared
+        row = rows.iloc[0]
+        assert row["judge"] == ("" if quantity == "accuracy" else "e")
+        assert (row["a"], row["b"], row["diff"]) == pytest.approx((fspo, grpo, fspo - grpo))
+        assert row["weights"] == [0.6, 0.4] and row["strata"] == 2
+    with pytest.raises(ValueError, match="not one of"):
+        matched_length(responses, quantity="length")

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from fspo_lite.drivers.report.controls import (classify_reading, control_check, control_lead, mass_reading,
-                                               more_right_check, more_right_lead, more_right_table)
+                                               matched_detail_reading, more_right_check, more_right_lead,
+                                               more_right_table)
 
 
 @pytest.mark.parametrize("control, fspo, gap, answer", [
@@ -123,6 +124,9 @@ def test_the_study_report_answers_both_questions(tmp_path):
     text = (tmp_path / "results" / "summary.md").read_text()
     assert "## Every arm on three axes: precision, detail, accuracy" in text
     assert "| random | 0.0 [0.0, 0.0] |" in text
+    assert ("| arm | accuracy % | - grpo | - grpo, matched | step hallucination % | - grpo | - grpo, matched | "
+            "supported per response | - grpo | - grpo, matched |") in text
+    assert {r["metric"] for r in controls["matched_axes"]} == {"accuracy", "supported_per_response@embedding"}
     assert ("- **random: all of it** of FSPO's change in reasoning length (random - base -2.00 [-2.00, -2.00], "
             "fspo - base -2.00 [-2.00, -2.00] sentences per response).") in text
     assert "| reasoning sentences per response | -2.00 [-2.00, -2.00] | -2.00 [-2.00, -2.00] |" in text
@@ -199,3 +203,18 @@ def test_question_a_lead_names_the_other_readings():
         "**random: none of it** of FSPO's change in reasoning length (random - base -0.10 [-0.20, -0.05], fspo - "
         "base -0.10 [-0.20, -0.05] sentences per response); all of it of its change in accuracy (share 0.59).")
     assert control_lead({"control": "format", "answer": "n/a", "readings": []}).startswith("format: not answered")
+
+
+def test_detail_at_matched_length_in_words():
+    def row(method, judge, low, high):
+        return {"metric": f"supported_per_response@{judge}", "method": method, "baseline": "grpo",
+                "diff": (low + high) / 2, "low": low, "high": high}
+
+    still = [row("fspo", "kb", -0.1, 0.1), row("corver", "kb", -0.2, 0.05), {**row("x", "kb", 0, 1),
+                                                                              "metric": "accuracy"}]
+    assert matched_detail_reading(still).startswith("At matched length no arm writes more or fewer supported")
+    moved = still + [row("binary", "embedding", 0.01, 0.2), row("fspo", "likelihood", -0.3, -0.1)]
+    assert matched_detail_reading(moved) == (
+        "At matched length, supported sentences per response against grpo move for: binary up (embedding judge), "
+        "fspo down (likelihood judge); every other arm and judge holds 0.")
+    assert matched_detail_reading([]) == ""

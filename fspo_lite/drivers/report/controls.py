@@ -124,16 +124,19 @@ def advantage_mass(training: pd.DataFrame, arms: Sequence[str], regions: Sequenc
 
 
 def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[str], arms: Sequence[str],
-                        baseline: str = "grpo", pct: str = "95%") -> list[str]:
-    """One table per judge: every arm's accuracy, step hallucination (natural and matched length) and supported
-    sentences per response, each with its interval and its difference to `baseline`."""
+                        baseline: str = "grpo", pct: str = "95%", matched_axes: Sequence[dict] = ()) -> list[str]:
+    """One table per judge: every arm's accuracy, step hallucination and supported sentences per response, each with
+    its interval and its difference to `baseline`, at natural length and (from `matched`, and `matched_axes` for
+    accuracy and supported sentences) at matched length."""
     cell = tables["methods"].set_index(["metric", "method"])
     diff = tables["differences"]
+    other = pd.DataFrame(list(matched_axes))
     lines = ["", "## Every arm on three axes: precision, detail, accuracy", "",
              f"Precision is step hallucination (lower is better), detail is supported reasoning sentences per "
              f"response (higher is better), accuracy is the share of correct answers. Mean [{pct} interval], then "
              f"the paired difference to {baseline}; `matched`: the difference at matched length (responses with the "
-             "same number of reasoning sentences). Bold: the interval excludes 0."]
+             "same number of reasoning sentences, so responses without one are left out). Bold: the interval "
+             "excludes 0."]
 
     def value(metric, arm):
         return (format_interval(metric, *cell.loc[(metric, arm), ["mean", "low", "high"]])
@@ -150,19 +153,26 @@ def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[st
         rows = matched[(matched["judge"] == judge) & (matched["method"] == arm)] if len(matched) else matched
         return None if rows.empty else rows.iloc[0]
 
+    def matched_other(metric, arm):
+        rows = other[(other["metric"] == metric) & (other["method"] == arm)] if len(other) else other
+        return None if rows.empty else rows.iloc[0]
+
     for judge in judges:
         rate, supported = f"step_hallucination@{judge}", f"supported_per_response@{judge}"
         lines += ["", f"**{judge} judge**", "",
-                  f"| arm | accuracy % | - {baseline} | step hallucination % | - {baseline} | - {baseline}, matched | "
-                  f"supported per response | - {baseline} |", "|---|---|---|---|---|---|---|---|"]
+                  f"| arm | accuracy % | - {baseline} | - {baseline}, matched | step hallucination % | - {baseline} | "
+                  f"- {baseline}, matched | supported per response | - {baseline} | - {baseline}, matched |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for arm in arms:
             if (rate, arm) not in cell.index:
                 continue
-            accuracy = shown("accuracy", pair_row(diff, "accuracy", arm, baseline))
-            lines.append(f"| {arm} | {value('accuracy', arm)} | {accuracy} | "
+            lines.append(f"| {arm} | {value('accuracy', arm)} | "
+                         f"{shown('accuracy', pair_row(diff, 'accuracy', arm, baseline))} | "
+                         f"{shown('accuracy', matched_other('accuracy', arm))} | "
                          f"{value(rate, arm)} | {shown(rate, pair_row(diff, rate, arm, baseline))} | "
                          f"{shown(rate, matched_row(judge, arm))} | {value(supported, arm)} | "
-                         f"{shown(supported, pair_row(diff, supported, arm, baseline))} |")
+                         f"{shown(supported, pair_row(diff, supported, arm, baseline))} | "
+                         f"{shown(supported, matched_other(supported, arm))} |")
     return lines
 
 
@@ -240,6 +250,22 @@ def more_right_table(rows: list[dict], judges: Sequence[str]) -> list[str]:
     return lines
 
 
+def matched_detail_reading(matched_axes: Sequence[dict]) -> str:
+    """Detail at matched length, in words: which arms write more or fewer supported sentences per response than the
+    baseline among responses of the same length, under which judge; '' when none was computed."""
+    rows = [r for r in matched_axes if r["metric"].startswith("supported_per_response@")]
+    if not rows:
+        return ""
+    moved = [f"{r['method']} {move(r)} ({r['metric'].split('@', 1)[1]} judge)" for r in rows if move(r) != "holds 0"]
+    baseline = rows[0]["baseline"]
+    if not moved:
+        return (f"At matched length no arm writes more or fewer supported sentences per response than {baseline} "
+                "under any judge: where an arm writes fewer supported sentences, it is because it writes fewer "
+                "sentences.")
+    return (f"At matched length, supported sentences per response against {baseline} move for: "
+            + ", ".join(moved) + "; every other arm and judge holds 0.")
+
+
 def judges_in(more_right: list[dict]) -> list[str]:
     """The held-out judges question (b) read, in their order."""
     return list(dict.fromkeys(j["judge"] for r in more_right for j in r["judges"]))
@@ -276,7 +302,7 @@ def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judge
     axes, then both questions' answers and where the advantage went."""
     checks, more_right = controls["control_checks"], controls["more_right"]
     mass = controls.get("advantage_mass") or []
-    lines = three_axes_markdown(tables, matched, judges, arms, baseline, pct)
+    lines = three_axes_markdown(tables, matched, judges, arms, baseline, pct, controls.get("matched_axes") or ())
     lines += ["", "## Controls and newer rewards: the two questions", "",
               "Rules fixed before these runs were read: docs/statistics.md, \"Controls and newer rewards\". A "
               f"difference *moves down* or *up* when its {pct} interval lies below or above 0, and *holds 0* "
@@ -308,4 +334,7 @@ def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judge
         reading = mass_reading(mass, more_right)
         if reading:
             lines += ["", f"**Where the advantage went.** {reading}"]
+    detail = matched_detail_reading(controls.get("matched_axes") or [])
+    if detail:
+        lines += ["", f"**Detail at matched length.** {detail}"]
     return lines

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.evaluation.result_files import read_summary
-from fspo_lite.drivers.report.controls import control_lead, judges_in, mass_reading, more_right_lead, more_right_table
+from fspo_lite.drivers.report.controls import (control_lead, judges_in, mass_reading, matched_detail_reading,
+                                               more_right_lead, more_right_table)
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
 from fspo_lite.drivers.report.study import format_interval
@@ -97,7 +98,9 @@ def controls_block(summary: dict) -> str:
         lines += ["", "Per held-out judge, against grpo: the rate, the supported sentences, the rate at matched length "
                       "('-': the arm's training verifier).", "", *more_right_table(more_right, judges_in(more_right))]
     reading = mass_reading(controls.get("advantage_mass") or [], more_right)
-    return "\n".join(lines + (["", f"**Where the advantage went.** {reading}"] if reading else []))
+    detail = matched_detail_reading(controls.get("matched_axes") or [])
+    return "\n".join(lines + (["", f"**Where the advantage went.** {reading}"] if reading else [])
+                     + (["", f"**Detail at matched length.** {detail}"] if detail else []))
 
 
 def wall_time(summary: dict) -> str:

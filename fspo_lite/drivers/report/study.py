@@ -176,24 +176,43 @@ def length_stratum(sentences: int, strata: int = LENGTH_STRATA) -> int:
     return min(int(sentences), strata) - 1
 
 
+MATCHED_QUANTITIES = ("step_hallucination", "supported_per_response", "accuracy")
+"""What `matched_length` compares at matched length: the precision, detail and accuracy axes."""
+
+
 def matched_length(responses: pd.DataFrame, baseline: str = "grpo", strata: int = LENGTH_STRATA,
-                   n_resamples: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
-    """Step hallucination per judge, method vs baseline, at matched length: responses are stratified by their
-    number of reasoning sentences (1, 2, ..., `strata` or more); within a stratum each method's rate is
-    unsupported / checkable; both are standardized to the same weights, the share of the two methods' responses
-    with a checkable sentence in each stratum (fspo_lite.stats.matched_difference)."""
+                   n_resamples: int = 2000, seed: int = 0, level: float = 0.95,
+                   quantity: str = "step_hallucination") -> pd.DataFrame:
+    """A quantity, method vs baseline, at matched length: responses are stratified by their number of reasoning
+    sentences (1, 2, ..., `strata` or more); within a stratum each method has its rate; both are standardized to the
+    same weights, the share of the two methods' responses in each stratum (fspo_lite.stats.matched_difference).
+
+    - `step_hallucination` (per judge): unsupported / checkable sentences, over the responses with a checkable
+      sentence (the weights count those);
+    - `supported_per_response` (per judge): supported sentences per response, over the same responses;
+    - `accuracy`: correct answers per response, over the responses with a reasoning sentence (judge '').
+    Responses without reasoning sentences are in no stratum."""
     import numpy as np
 
     from fspo_lite import stats
 
+    if quantity not in MATCHED_QUANTITIES:
+        raise ValueError(f"quantity {quantity!r} is not one of {', '.join(MATCHED_QUANTITIES)}")
     frame = responses[responses["sentences"] > 0].copy()
     frame["stratum"] = frame["sentences"].map(lambda n: length_stratum(n, strata))
+    frame["one"] = 1.0
     rows = []
-    for judge in judges_of(frame):
-        rng = _rng(seed, f"matched@{judge}")
+    for judge in judges_of(frame) if quantity != "accuracy" else [""]:
+        # the step-hallucination stream keeps its old name, so its intervals do not move
+        rng = _rng(seed, f"matched@{judge}" if quantity == "step_hallucination" else f"matched@{quantity}@{judge}")
         questions = sorted(frame["question"].unique())
+        num_column, den_column = {"step_hallucination": (f"unsupported@{judge}", f"checkable@{judge}"),
+                                  "supported_per_response": (f"supported@{judge}", "one"),
+                                  "accuracy": ("correct", "one")}[quantity]
         for method in [m for m in frame["method"].unique() if m not in (baseline, "base")]:
-            pair = frame[frame["method"].isin([method, baseline]) & (frame[f"checkable@{judge}"] > 0)]
+            pair = frame[frame["method"].isin([method, baseline])]
+            if judge:
+                pair = pair[pair[f"checkable@{judge}"] > 0]
             if pair.empty or not (pair["method"] == baseline).any() or not (pair["method"] == method).any():
                 continue
             weights = np.bincount(pair["stratum"], minlength=strata).astype(float)
@@ -205,10 +224,9 @@ def matched_length(responses: pd.DataFrame, baseline: str = "grpo", strata: int 
                 shape = (len(seeds), len(questions), strata)
                 num, den = np.zeros(shape), np.zeros(shape)
                 s_index, q_index = {s: i for i, s in enumerate(seeds)}, {q: i for i, q in enumerate(questions)}
-                columns = [f"unsupported@{judge}", f"checkable@{judge}"]
-                sums = sub.groupby(["seed", "question", "stratum"])[columns].sum()
-                for (s, q, k), (unsupported, checkable) in sums.iterrows():
-                    num[s_index[s], q_index[q], k], den[s_index[s], q_index[q], k] = unsupported, checkable
+                sums = sub.groupby(["seed", "question", "stratum"])[[num_column, den_column]].sum()
+                for (s, q, k), (numerator, denominator) in sums.iterrows():
+                    num[s_index[s], q_index[q], k], den[s_index[s], q_index[q], k] = numerator, denominator
                 arrays += [num, den]
             result = stats.matched_difference(*arrays, weights, n_resamples, rng, level)
             rows.append({"judge": judge, "method": method, "baseline": baseline, **result,

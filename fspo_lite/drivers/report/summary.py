@@ -319,7 +319,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
         detail = detail_arm_check(tables["differences"], versus, judges, *study.detail_arm)
     questions = added_arms(study, cells, responses, judges, boot)
     training = load_training(study.runs_dir)
-    controls = controls_section(study, cells, tables, matched, training, judges, boot)
+    controls = controls_section(study, cells, responses, tables, matched, training, judges, boot)
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
                           bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions,
                           controls=controls)
@@ -375,11 +375,11 @@ def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judge
     return {"pairs": pairs, "verifier": verifier, "longer": longer}
 
 
-def controls_section(study: Study, cells: pd.DataFrame, tables: dict, matched: pd.DataFrame, training: pd.DataFrame,
-                     judges: Sequence[str], boot: dict) -> dict:
-    """The controls and newer rewards (fspo_lite.drivers.report.controls): the three-axes tables, question (a) per
-    control, question (b) per trained arm, the advantage mass per arm, and their markdown; {} when none of those
-    arms was run."""
+def controls_section(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, tables: dict, matched: pd.DataFrame,
+                     training: pd.DataFrame, judges: Sequence[str], boot: dict) -> dict:
+    """The controls and newer rewards (fspo_lite.drivers.report.controls): question (a) per control, question (b)
+    per trained arm, the advantage mass per arm, and the detail and accuracy axes at matched length (the three-axes
+    tables' other matched columns); {} when none of those arms was run."""
     ran = set(cells["method"])
     if not ran & set(CONTROLS + NEWER):
         return {}
@@ -389,4 +389,11 @@ def controls_section(study: Study, cells: pd.DataFrame, tables: dict, matched: p
     right = more_right_check(tables["differences"], matched, judges, arms,
                              {arm: training_verifier(study.runs_dir, arm) for arm in arms})
     mass = advantage_mass(training, [study.baseline, *arms], REGIONS)
-    return {"control_checks": checks, "more_right": right, "advantage_mass": mass.to_dict(orient="records")}
+    axes = []
+    for quantity in ("supported_per_response", "accuracy"):
+        rows = matched_length(responses, study.baseline, quantity=quantity, **boot)
+        for row in rows.to_dict(orient="records"):
+            axes.append({"metric": f"{quantity}@{row['judge']}" if row["judge"] else quantity,
+                         **{k: row[k] for k in ("method", "baseline", "diff", "low", "high")}})
+    return {"control_checks": checks, "more_right": right, "advantage_mass": mass.to_dict(orient="records"),
+            "matched_axes": axes}

@@ -266,11 +266,6 @@ def matched_detail_reading(matched_axes: Sequence[dict]) -> str:
             + ", ".join(moved) + "; every other arm and judge holds 0.")
 
 
-def judges_in(more_right: list[dict]) -> list[str]:
-    """The held-out judges question (b) read, in their order."""
-    return list(dict.fromkeys(j["judge"] for r in more_right for j in r["judges"]))
-
-
 def mass_reading(mass: Sequence[dict], more_right: list[dict], region: str = "unsupported") -> str:
     """Where the advantage went, in words: which arms push against unsupported sentences (a net push below 0 on
     them) and whether those write fewer supported sentences; whether the others lower step hallucination."""

@@ -6,7 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from fspo_lite.drivers.report.controls import (classify_reading, control_check, control_lead, mass_reading,
+from fspo_lite.drivers.report.controls import (classify_reading, control_check, control_headline, control_lead,
+                                               mass_reading,
                                                matched_detail_reading, more_right_check, more_right_lead,
                                                more_right_table)
 
@@ -184,7 +185,7 @@ def test_where_the_advantage_went_in_words():
     # grpo is the baseline of (b), not an arm of it; corver pushes against unsupported sentences and does not say less
     assert text.startswith("The arms whose advantage pushes against unsupported sentences (fspo, corver): 1 of "
                            "these 2 write fewer supported sentences than grpo under at least one held-out judge "
-                           "(corver do not).")
+                           "(corver does not).")
     assert text.endswith("The other arms (random, grpo+4x) push unsupported sentences up, or not at all; of these, "
                          "only grpo+4x lowers step hallucination under any held-out judge.")
     assert mass_reading([], rows) == ""
@@ -203,6 +204,9 @@ def test_question_a_lead_names_the_other_readings():
         "**random: none of it** of FSPO's change in reasoning length (random - base -0.10 [-0.20, -0.05], fspo - "
         "base -0.10 [-0.20, -0.05] sentences per response); all of it of its change in accuracy (share 0.59).")
     assert control_lead({"control": "format", "answer": "n/a", "readings": []}).startswith("format: not answered")
+    assert control_headline([check, {"control": "format", "answer": "n/a", "readings": []}]) == (
+        "random: **none of it** of FSPO's change in reasoning length.")
+    assert control_headline([]).startswith("not answered")
 
 
 def test_detail_at_matched_length_in_words():

@@ -208,7 +208,7 @@ def control_headline(checks: list[dict]) -> str:
     change in reasoning length.'"""
     answered = [c for c in checks if c["answer"] != "n/a"]
     if not answered:
-        return "not answered: no control, fspo and base were all evaluated."
+        return "not answered: no control was evaluated beside fspo and base."
     return ", ".join(f"{c['control']}: **{c['answer']}**" for c in answered) + " of FSPO's change in reasoning length."
 
 
@@ -275,14 +275,14 @@ def mass_reading(mass: Sequence[dict], more_right: list[dict], region: str = "un
     if not against and not others:
         return ""
     short = [a for a in against if any(j["says_less"] for j in answers[a]["judges"])]
+    kept = [a for a in against if a not in short]
     lower = [a for a in others if any(j["rate"] == "down" for j in answers[a]["judges"])]
     parts = []
     if against:
         parts.append(f"The arms whose advantage pushes against unsupported sentences ({', '.join(against)}): "
                      f"{len(short)} of these {len(against)} write fewer supported sentences than grpo under at least "
                      "one held-out judge"
-                     + (f" ({', '.join(a for a in against if a not in short)} do not)" if len(short) < len(against)
-                        else "") + ".")
+                     + (f" ({', '.join(kept)} {'does' if len(kept) == 1 else 'do'} not)" if kept else "") + ".")
     if others:
         parts.append(f"The other arms ({', '.join(others)}) push unsupported sentences up, or not at all; "
                      + (f"of these, only {', '.join(lower)} lowers step hallucination under any held-out judge."

@@ -130,7 +130,8 @@ def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[st
     accuracy and supported sentences) at matched length."""
     cell = tables["methods"].set_index(["metric", "method"])
     diff = tables["differences"]
-    other = pd.DataFrame(list(matched_axes))
+    rates = matched.assign(metric="step_hallucination@" + matched["judge"]) if len(matched) else matched
+    same_length = pd.concat([rates, pd.DataFrame(list(matched_axes))], ignore_index=True)
     lines = ["", "## Every arm on three axes: precision, detail, accuracy", "",
              f"Precision is step hallucination (lower is better), detail is supported reasoning sentences per "
              f"response (higher is better), accuracy is the share of correct answers. Mean [{pct} interval], then "
@@ -149,12 +150,10 @@ def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[st
         text = format_interval(metric, float(row["diff"]), low, high, signed=True)
         return f"**{text}**" if interval_side(low, high) in ("below", "above") else text
 
-    def matched_row(judge, arm):
-        rows = matched[(matched["judge"] == judge) & (matched["method"] == arm)] if len(matched) else matched
-        return None if rows.empty else rows.iloc[0]
-
-    def matched_other(metric, arm):
-        rows = other[(other["metric"] == metric) & (other["method"] == arm)] if len(other) else other
+    def matched_row(metric, arm):
+        if not len(same_length):
+            return None
+        rows = same_length[(same_length["metric"] == metric) & (same_length["method"] == arm)]
         return None if rows.empty else rows.iloc[0]
 
     for judge in judges:
@@ -168,11 +167,11 @@ def three_axes_markdown(tables: dict, matched: pd.DataFrame, judges: Sequence[st
                 continue
             lines.append(f"| {arm} | {value('accuracy', arm)} | "
                          f"{shown('accuracy', pair_row(diff, 'accuracy', arm, baseline))} | "
-                         f"{shown('accuracy', matched_other('accuracy', arm))} | "
+                         f"{shown('accuracy', matched_row('accuracy', arm))} | "
                          f"{value(rate, arm)} | {shown(rate, pair_row(diff, rate, arm, baseline))} | "
-                         f"{shown(rate, matched_row(judge, arm))} | {value(supported, arm)} | "
+                         f"{shown(rate, matched_row(rate, arm))} | {value(supported, arm)} | "
                          f"{shown(supported, pair_row(diff, supported, arm, baseline))} | "
-                         f"{shown(supported, matched_other(supported, arm))} |")
+                         f"{shown(supported, matched_row(supported, arm))} |")
     return lines
 
 
@@ -181,6 +180,11 @@ def reading_label(metric: str) -> str:
     label = {"sentences_per_response": "reasoning sentences per response", "accuracy": "accuracy",
              "step_hallucination": "step hallucination", "supported_per_response": "supported sentences per response"}
     return label.get(name, name) + (f" ({judge} judge)" if judge else "")
+
+
+def share_note(reading: dict) -> str:
+    """' (share 0.59)' beside an answer that credits the control with some of FSPO's change, else ''."""
+    return f" (share {reading['share']:.2f})" if reading["answer"] in ("all of it", "part of it") else ""
 
 
 def control_lead(check: dict) -> str:
@@ -192,8 +196,7 @@ def control_lead(check: dict) -> str:
     others: dict[str, list[str]] = {}
     for r in check["readings"][1:]:
         if r["answer"] != "FSPO does not move it":
-            share = f" (share {r['share']:.2f})" if r["answer"] in ("all of it", "part of it") else ""
-            others.setdefault(r["answer"], []).append(reading_label(r["metric"]) + share)
+            others.setdefault(r["answer"], []).append(reading_label(r["metric"]) + share_note(r))
     rest = "; ".join(f"{answer} of its change in {', '.join(labels)}" for answer, labels in others.items())
     head = check["readings"][0]
     pairs = ((f"{control} - {BASE}", "control"), (f"{REFERENCE} - {BASE}", "fspo"))
@@ -221,8 +224,7 @@ def control_table(check: dict) -> list[str]:
         metric = r["metric"]
         cells = [format_interval(metric, r[f"{name}_diff"], r[f"{name}_low"], r[f"{name}_high"], True)
                  for name in ("control", "fspo", "gap")]
-        share = f" (share {r['share']:.2f})" if r["answer"] in ("all of it", "part of it") else ""
-        lines.append(f"| {reading_label(metric)} | " + " | ".join(cells) + f" | {r['answer']}{share} |")
+        lines.append(f"| {reading_label(metric)} | " + " | ".join(cells) + f" | {r['answer']}{share_note(r)} |")
     return lines
 
 
@@ -290,6 +292,14 @@ def mass_reading(mass: Sequence[dict], more_right: list[dict], region: str = "un
     return " ".join(parts)
 
 
+def readings_markdown(controls: dict) -> list[str]:
+    """Where the advantage went and detail at matched length, each a paragraph in words (summary.md and README)."""
+    reading = mass_reading(controls.get("advantage_mass") or [], controls["more_right"])
+    detail = matched_detail_reading(controls.get("matched_axes") or [])
+    return ((["", f"**Where the advantage went.** {reading}"] if reading else [])
+            + (["", f"**Detail at matched length.** {detail}"] if detail else []))
+
+
 def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judges: Sequence[str],
                       arms: Sequence[str], baseline: str = "grpo", pct: str = "95%") -> list[str]:
     """The summary's sections on the controls and the newer rewards, from `controls` (summary.json's
@@ -326,10 +336,4 @@ def controls_markdown(controls: dict, tables: dict, matched: pd.DataFrame, judge
                       "over steps and seeds; docs/gradient_mass.md):", "",
                   "| arm | " + " | ".join(regions) + " |", "|---|" + "---|" * len(regions)]
         lines += [f"| {row['arm']} | " + " | ".join(f"{row[r]:+.2f}" for r in regions) + " |" for row in mass]
-        reading = mass_reading(mass, more_right)
-        if reading:
-            lines += ["", f"**Where the advantage went.** {reading}"]
-    detail = matched_detail_reading(controls.get("matched_axes") or [])
-    if detail:
-        lines += ["", f"**Detail at matched length.** {detail}"]
-    return lines
+    return lines + readings_markdown(controls)

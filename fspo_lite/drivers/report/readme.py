@@ -21,7 +21,7 @@ from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.evaluation.result_files import read_summary
-from fspo_lite.drivers.report.controls import control_lead, mass_reading, matched_detail_reading, more_right_lead
+from fspo_lite.drivers.report.controls import control_lead, more_right_lead, readings_markdown
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
 from fspo_lite.drivers.report.study import format_interval
@@ -85,18 +85,14 @@ def controls_block(summary: dict) -> str:
     if not controls:
         return ("Not answered yet: the study's summary has no run of the controls (`random`, `format`) or the newer "
                 "rewards (`ternary`, `binary`, `corver`). `make study` trains them (it resumes where it stopped).")
-    more_right = controls["more_right"]
     lines = ["**(a) How much of FSPO's change does a reward without information produce?** *all of it*: the control "
              "moves the reading the same way as FSPO and FSPO - control holds 0 (the share is the control's change "
              "over FSPO's, point estimates); *none of it*: the control does not move it that way while FSPO does.",
              "", *[f"- {control_lead(c)}" for c in controls["control_checks"]], "",
              "**(b) Does any arm lower step hallucination against grpo without writing fewer supported sentences "
-             f"per response?** {more_right_lead(more_right)} Every arm under every held-out judge: "
+             f"per response?** {more_right_lead(controls['more_right'])} Every arm under every held-out judge: "
              "results/study/summary.md, \"Controls and newer rewards\"."]
-    reading = mass_reading(controls.get("advantage_mass") or [], more_right)
-    detail = matched_detail_reading(controls.get("matched_axes") or [])
-    return "\n".join(lines + (["", f"**Where the advantage went.** {reading}"] if reading else [])
-                     + (["", f"**Detail at matched length.** {detail}"] if detail else []))
+    return "\n".join(lines + readings_markdown(controls))
 
 
 def wall_time(summary: dict) -> str:

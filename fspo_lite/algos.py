@@ -53,6 +53,20 @@ def fspo_flip(advantages: torch.Tensor, sentence_mask: torch.Tensor) -> torch.Te
     return torch.where(conflict, -advantages, advantages)
 
 
+def strict_unchecked(advantages: torch.Tensor, sentence_mask: torch.Tensor) -> torch.Tensor:
+    """Strict FSPO: a response none of whose sentences the verifier could check keeps no positive advantage.
+
+    A row of `sentence_mask` that is 0 on every token (no reasoning sentence was labelled +1 or -1, e.g. reasoning
+    that is a bare name) has the flip nothing to act on, so plain FSPO leaves it GRPO's advantage, and a policy can
+    escape the flip by writing nothing checkable. Here such a row's advantages become min(A, 0): never pushed up,
+    pushed down as before. Rows with at least one checked sentence are unchanged.
+    """
+    if advantages.shape != sentence_mask.shape:
+        raise ValueError(f"shapes differ: advantages {tuple(advantages.shape)} vs mask {tuple(sentence_mask.shape)}")
+    unchecked = (sentence_mask == 0).all(dim=-1, keepdim=True)
+    return torch.where(unchecked, advantages.clamp(max=0.0), advantages)
+
+
 def step_score(labels: list[int]) -> float:
     """FSPO's step-wise factuality score: mean of +1/-1 over verified sentences (0 if none)."""
     verified = [label for label in labels if label != 0]
@@ -179,15 +193,23 @@ def token_advantages(
     group_size: int,
     scale_by_std: bool = True,
     sentence_mask: torch.Tensor | None = None,
+    strict: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) advantages: group advantages broadcast over each response's tokens, FSPO-flipped
-    when a sentence mask is given. Also returns the (B, T) bool tensor of flipped tokens."""
+    when a sentence mask is given, and with `strict` (strict FSPO, `strict_unchecked`) no positive advantage for a
+    response with no checked sentence. Also returns the (B, T) bool tensor of tokens the flip changed."""
     per_response = group_advantages(rewards, group_size, scale_by_std)
     advantages = per_response[:, None] * completion_mask.to(per_response.device, per_response.dtype)
     if sentence_mask is None:
+        if strict:
+            raise ValueError("strict FSPO needs a sentence mask: it is an option of the flip")
         return advantages, torch.zeros_like(advantages, dtype=torch.bool)
-    flipped = fspo_flip(advantages, sentence_mask.to(advantages.dtype))
-    return flipped, flipped != advantages
+    sentence_mask = sentence_mask.to(advantages.dtype)
+    flipped = fspo_flip(advantages, sentence_mask)
+    changed = flipped != advantages
+    if strict:
+        flipped = strict_unchecked(flipped, sentence_mask)
+    return flipped, changed
 
 
 def reward_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

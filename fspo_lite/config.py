@@ -92,6 +92,7 @@ class RewardConfig:
     format_penalty: float = -2.0  # reward of a response whose <think>/<answer> tags are malformed
     log_step_factuality: bool = True  # verify reasoning sentences for every method, to compare step factuality
     step_reward_lambda: float = 0.0  # FSPO option: add lambda x the step score to the reward (0: published)
+    strict_checkable: bool = False  # FSPO option: no positive advantage for reasoning with no checkable sentence
     claim_extractor: str = "rules"  # how RLFH and KLCF split sentences into statements: rules | llm
 
 

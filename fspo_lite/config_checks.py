@@ -273,6 +273,9 @@ def validate_config(config: Any) -> None:
     _check(not rollout.use_sampler_logprobs or config.train.ppo_epochs == 1, "rollout.use_sampler_logprobs",
            rollout.use_sampler_logprobs, "false unless train.ppo_epochs=1 (with mu > 1 the trainer computes pi_old "
            "itself, for every engine)")
+    _check(not config.reward.strict_checkable or split_method(config.reward.method)[1], "reward.strict_checkable",
+           config.reward.strict_checkable, "false unless reward.method includes fspo (strict FSPO is an option of the "
+           "flip)")
     detail = config.detail
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")

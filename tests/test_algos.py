@@ -67,6 +67,34 @@ def test_token_advantages_broadcast_and_flip():
     assert flipped.tolist() == [[False, True, False, False], [True, False, False, False]]
 
 
+def test_strict_unchecked_by_hand():
+    # row 0: no checked sentence, positive advantage -> 0; row 1: no checked sentence, negative -> unchanged;
+    # row 2: one checked sentence -> unchanged (the flip has acted on it already)
+    advantages = torch.tensor([[0.7, 0.7, 0.0], [-0.7, -0.7, -0.7], [0.5, 0.5, 0.5]])
+    mask = torch.tensor([[0.0, 0, 0], [0.0, 0, 0], [1.0, 0, 0]])
+    expected = torch.tensor([[0.0, 0, 0], [-0.7, -0.7, -0.7], [0.5, 0.5, 0.5]])
+    assert torch.equal(algos.strict_unchecked(advantages, mask), expected)
+    with pytest.raises(ValueError, match="shapes differ"):
+        algos.strict_unchecked(torch.zeros(2, 3), torch.zeros(2, 4))
+
+
+def test_token_advantages_strict():
+    # rewards 1, 0 in a group of two: A = +-1/sqrt(2). Response 0 (right, nothing checkable) loses its positive
+    # advantage under strict FSPO only; response 1 (wrong) is flipped on its supported sentence as in plain FSPO.
+    rewards = torch.tensor([1.0, 0.0])
+    completion_mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    sentence_mask = torch.tensor([[0.0, 0, 0, 0], [1.0, -1, 0, 0]])
+    a = 0.70711
+    plain, _ = algos.token_advantages(rewards, completion_mask, 2, True, sentence_mask)
+    strict, flipped = algos.token_advantages(rewards, completion_mask, 2, True, sentence_mask, strict=True)
+    assert plain.tolist()[0] == [pytest.approx(v, abs=1e-4) for v in (a, a, a, 0)]
+    assert strict.tolist()[0] == [0.0, 0.0, 0.0, 0.0]
+    assert strict.tolist()[1] == [pytest.approx(v, abs=1e-4) for v in (a, -a, -a, -a)]
+    assert flipped.tolist() == [[False] * 4, [True, False, False, False]]
+    with pytest.raises(ValueError, match="needs a sentence mask"):
+        algos.token_advantages(rewards, completion_mask, 2, True, None, strict=True)
+
+
 def test_step_score():
     assert algos.step_score([1, -1, 1, 0]) == pytest.approx(1 / 3)
     assert algos.step_score([0, 0]) == 0.0

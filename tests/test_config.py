@@ -131,3 +131,26 @@ def test_a_section_of_another_class_or_out_of_range_is_refused():
         Config(train=RolloutConfig())
     with pytest.raises(ConfigError, match=r"^train.steps=0 is out of range"):
         Config(train=TrainConfig(steps=0))
+
+
+def test_strict_fspo_needs_the_flip_and_says_so_in_one_line():
+    assert load_config(overrides={"reward.method": "fspo", "reward.strict_checkable": True}).reward.strict_checkable
+    with pytest.raises(ConfigError) as error:
+        load_config(overrides={"reward.method": "grpo", "reward.strict_checkable": True})
+    assert "reward.strict_checkable" in str(error.value) and "\n" not in str(error.value)
+
+
+def test_strict_fspo_takes_a_bare_name_answer_positive_advantage_away():
+    from fspo_lite import group_token_advantages, load_tokenizer
+
+    tokenizer = load_tokenizer("smollm2-135m")
+    question, gold = "What is the chemical symbol of gold?", ["Au"]
+    evidence = "Gold is a chemical element with the symbol Au and atomic number 79."
+    responses = ["<think>Au</think>\n<answer>Au</answer>",  # a bare name: the lexical verifier cannot check it
+                 "<think>Gold has the symbol Ag.</think>\n<answer>Ag</answer>"]
+    plain = group_token_advantages(question, gold, evidence, responses, tokenizer, "fspo")
+    strict = group_token_advantages(question, gold, evidence, responses, tokenizer, "fspo",
+                                    settings={"reward.strict_checkable": True})
+    assert plain[0].sentence_labels in ([], [0])              # nothing checkable in the right answer's reasoning
+    assert max(plain[0].advantages) > 0 and max(strict[0].advantages) == 0.0
+    assert strict[1].advantages == plain[1].advantages       # a response with a checked sentence is unchanged

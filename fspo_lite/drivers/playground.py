@@ -146,7 +146,7 @@ def compute_playground(item: PlaygroundItem, tokenizer, method: str = "fspo", se
     scored = score_rollouts([item.example] * len(item.completions), rollout, tokenizer, config, verifier,
                             step=step, tools=tools, plan=plan)
     advantages, _ = advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
-                                           config.train.scale_by_std)
+                                           config.train.scale_by_std, config.reward.strict_checkable)
     lengths = rollout.completion_mask.sum(dim=1).tolist()
     tokens = [[tokenizer.decode([t]) for t in ids[: int(n)]] for ids, n in zip(rollout.completion_ids.tolist(), lengths)]
     values = [row[: int(n)] for row, n in zip(advantages.tolist(), lengths)]

@@ -66,7 +66,7 @@ def group_token_advantages(question: str, answers: list[str], evidence: str, res
     rollout = rollout_from_texts(tokenizer, responses)
     scored = score_rollouts([example] * len(responses), rollout, tokenizer, config, build_verifier(config.verifier))
     advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, len(responses),
-                                                 config.train.scale_by_std)
+                                                 config.train.scale_by_std, config.reward.strict_checkable)
     out = []
     for row, length in enumerate(rollout.completion_mask.sum(dim=1).tolist()):
         ids = rollout.completion_ids[row, : int(length)].tolist()

@@ -141,9 +141,9 @@ def total_rewards(batch: RewardBatch, result: MethodResult, verdicts: list[Sente
 
 
 def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor, group_size: int,
-                           scale_by_std: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                           scale_by_std: bool, strict: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) token advantages and the (B, T) bool tensor of FSPO-flipped tokens; `group_size` is
-    rollout.group_size, `scale_by_std` train.scale_by_std.
+    rollout.group_size, `scale_by_std` train.scale_by_std, `strict` reward.strict_checkable (strict FSPO).
 
     Token rewards (RLFH) go through reward-to-go and group normalisation; scalar rewards through
     group advantages, broadcast over tokens and flipped by the FSPO sentence mask when there is one.
@@ -151,4 +151,5 @@ def advantages_from_scores(scored: ScoredRollouts, completion_mask: torch.Tensor
     if scored.token_rewards is not None:
         advantages = algos.token_reward_advantages(scored.token_rewards, completion_mask, group_size, scale_by_std)
         return advantages, torch.zeros_like(advantages, dtype=torch.bool)
-    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale_by_std, scored.sentence_mask)
+    return algos.token_advantages(scored.rewards, completion_mask, group_size, scale_by_std, scored.sentence_mask,
+                                  strict=strict)

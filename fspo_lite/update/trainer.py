@@ -226,7 +226,7 @@ class Trainer:
         scored = score_rollouts(per_response, rollout, self.tokenizer, config, self.verifier,
                                 step=self.step_index, tools=self.reward_tools, plan=self.scoring_plan)
         advantages, flipped = advantages_from_scores(scored, rollout.completion_mask, config.rollout.group_size,
-                                                     config.train.scale_by_std)
+                                                     config.train.scale_by_std, config.reward.strict_checkable)
         scored_at = time.perf_counter()
         update = self.update(rollout, advantages)
         self.step_index += 1

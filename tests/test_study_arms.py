@@ -12,7 +12,8 @@ from fspo_lite.drivers.runs import run_config, run_key
 
 NEW_ARMS = {"fspo+kb": ("fspo", "kb", 8), "grpo+4x": ("grpo", "lexical", 32), "fspo+4x": ("fspo", "lexical", 32),
             "random": ("random", "lexical", 8), "format": ("format", "lexical", 8),
-            "ternary": ("ternary", "lexical", 8), "binary": ("binary", "lexical", 8), "corver": ("fspo", "lexical", 8)}
+            "ternary": ("ternary", "lexical", 8), "binary": ("binary", "lexical", 8), "corver": ("fspo", "lexical", 8),
+            "fspo+strict": ("fspo", "lexical", 8)}
 
 
 def study_parameters():
@@ -36,6 +37,7 @@ def test_added_arms_validate_and_set_their_keys(arm):
     assert (config.reward.method, config.verifier.name, config.train.steps) == (method, verifier, steps)
     assert config.train.save_every == 4 and config.rollout.group_size == parameters["group_size"]
     assert config.reward.step_reward_lambda == (0.5 if arm == "corver" else 0.0)
+    assert config.reward.strict_checkable == (arm == "fspo+strict")
 
 
 def test_the_finished_arms_keep_their_settings_keys():

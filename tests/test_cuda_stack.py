@@ -236,3 +236,27 @@ def test_env_prints_the_stack_and_its_refusals(monkeypatch, gpu, torch_cuda, ref
     assert (refused is None) == (len(refusals) == 1)
     if refused:
         assert refused in refusals[0]
+
+
+def test_without_pysbd_sentence_splitting_is_refused_in_one_line_not_one_sentence_per_response(monkeypatch):
+    """A machine without pysbd (a bare GPU image): splitting used to fall back to one span per text, silently; now the
+    split and the trainer's pre-load check say so in one line."""
+    import importlib.util
+    import sys
+
+    from fspo_lite import text
+
+    monkeypatch.setitem(sys.modules, "pysbd", None)  # `import pysbd` raises ImportError
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pysbd" else real_find_spec(name, *a))
+    text._segmenter.cache_clear()
+    try:
+        with pytest.raises(text.SentenceSplitterMissing, match="pip install pysbd") as missing:
+            text.sentence_spans("One sentence. Another one.")
+        assert "\n" not in str(missing.value)
+        with pytest.raises(text.SentenceSplitterMissing):
+            text.require_sentence_splitter()
+    finally:
+        text._segmenter.cache_clear()
+    monkeypatch.undo()
+    assert len(text.sentence_spans("One sentence. Another one.")) == 2

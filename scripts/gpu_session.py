@@ -251,7 +251,7 @@ def missing(names, find_spec, find_distribution) -> list[str]:
 
 def check_lines(items: list[str], lacks: set[str], cuda: bool) -> list[str]:
     """`--check`'s report: per item, ok or what it lacks (a CUDA GPU included), then one line with everything to
-    carry to the machine (docs/gpu.md, "Carrying packages to a GPU machine without network")."""
+    carry to the machine (docs/gpu.md says how packages travel to it)."""
     lines = []
     for name in items:
         absent = [n for n in NEEDS[name] if n in lacks] + ([] if cuda else ["a CUDA GPU"])

@@ -175,6 +175,10 @@ def require_lora(rollout: RolloutConfig, model_config: ModelConfig, train: Train
         raise ValueError("rollout.use_sampler_logprobs is valid only with train.ppo_epochs=1 (see docs/gpu.md)")
 
 
+COLOCATED_BATCHED_TOKENS = 4096
+"""vLLM's max_num_batched_tokens for one colocated engine per training rank, as TRL sets it in vllm_mode="colocate"
+(trl/generation/vllm_generation.py: the profiler is "misled by the high default value")."""
+
 CPU_KV_CACHE_GIB = 1
 """KV cache of the colocated engine on vLLM's CPU platform, in GiB, unless VLLM_CPU_KVCACHE_SPACE says otherwise
 (1 GiB holds about 21,000 float32 tokens of SmolLM2-135M)."""
@@ -376,6 +380,8 @@ def llm_arguments(rollout: RolloutConfig, model_config: ModelConfig, train: Trai
         arguments["logprobs_mode"] = "processed_logprobs"  # after temperature, as the trainer computes them
     if world_size > 1:
         arguments["distributed_executor_backend"] = "external_launcher"  # one engine per training rank
+        # as TRL's colocate mode sets it: vLLM's memory profiling is otherwise misled by the default batch of tokens
+        arguments["max_num_batched_tokens"] = COLOCATED_BATCHED_TOKENS
     return arguments
 
 

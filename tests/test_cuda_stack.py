@@ -182,7 +182,7 @@ def test_a_mismatch_is_refused_before_a_model_loads(monkeypatch, tmp_path):
 
 
 def unsloth_problems(*overrides, environ=None):
-    from fspo_lite.rollout.vllm_rollout import unsloth_vllm_problems
+    from fspo_lite.rollout.unsloth_checks import unsloth_vllm_problems
 
     config = load_config(None, ["model.backend=unsloth", "rollout.engine=vllm", *overrides])
     return unsloth_vllm_problems(config.rollout, config.model, environ={} if environ is None else environ)

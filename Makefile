@@ -119,10 +119,11 @@ bench-gpu: test-gpu
 # The prepared GPU session (scripts/gpu_session.py): on one H100/H200, no network, at most 9 minutes: a T4-shaped run
 # of configs/colab_t4.yaml, adapter freshness with sleep mode, two trainers in turn, Unsloth, the vLLM server, FSDP
 # save and resume; one JSON line per item in results/gpu/<date>/session/. It installs nothing (vLLM, Unsloth and
-# bitsandbytes must be importable): the Python of .venv when there is one, else $(PYTHON). `make gpu-session
+# bitsandbytes must be importable): the Python of .venv when there is one, else $(PYTHON). `make gpu-session CHECK=1`
+# lists what the machine lacks (seconds); `make gpu-session
 # DRY_RUN=1` runs its dry run on a CPU (what CI runs: tests/test_gpu_session.py), into runs/gpu-session-dry-run.
 gpu-session:
-	$(or $(wildcard $(BIN)/python),$(PYTHON)) scripts/gpu_session.py $(if $(DRY_RUN),--dry-run)
+	$(or $(wildcard $(BIN)/python),$(PYTHON)) scripts/gpu_session.py $(if $(DRY_RUN),--dry-run) $(if $(CHECK),--check)
 
 # fspo-lite's training step against TRL's GRPOTrainer on this CPU (docs/performance.md); TRL comes from the
 # `bench` extra (also in `dev`: tests/test_bench_smoke.py runs one tiny step of each side). Run it alone: other jobs

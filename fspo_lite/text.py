@@ -6,6 +6,7 @@ Every function here takes untrusted model output and returns a defined value for
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import string
 from collections import Counter
@@ -206,10 +207,26 @@ def numbers_equal(prediction: str | None, gold: str, rel_tol: float = 1e-6) -> b
     return abs(float(pred) - float(target)) <= rel_tol * max(1.0, abs(float(target)))
 
 
+class SentenceSplitterMissing(RuntimeError):
+    """pysbd, the sentence splitter, cannot be imported: every response would be one sentence."""
+
+
+PYSBD_MISSING = ("sentence splitting needs pysbd (a dependency of fspo-lite): pip install pysbd; without it every "
+                 "response would be scored as one sentence")
+
+
+def require_sentence_splitter() -> None:
+    """SentenceSplitterMissing in one line unless pysbd is installed (checked before a run's models load)."""
+    if importlib.util.find_spec("pysbd") is None:
+        raise SentenceSplitterMissing(PYSBD_MISSING)
+
+
 @lru_cache(maxsize=1)
 def _segmenter():
-    import pysbd
-
+    try:
+        import pysbd
+    except ImportError as error:  # not the pathological-input fallback below: no split at all would be silent
+        raise SentenceSplitterMissing(PYSBD_MISSING) from error
     return pysbd.Segmenter(language="en", clean=False)
 
 
@@ -286,8 +303,9 @@ def mask_for_segmenter(text: str) -> str:
 
 
 def _segment(text: str) -> list[str]:
+    segmenter = _segmenter()  # a missing pysbd is an error, never one span per text
     try:
-        return _segmenter().segment(text)
+        return segmenter.segment(text)
     except Exception:  # pysbd can fail on pathological input; fall back to one span
         return [text]
 

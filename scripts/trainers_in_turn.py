@@ -73,10 +73,18 @@ def free_gpu_gib() -> float | None:
     return free / 1024**3
 
 
-def in_turn_problems(trainers: list[dict], free_before: float | None, slack_gib: float) -> list[str]:
+def in_turn_problems(trainers: list[dict], free_before: float | None, slack_gib: float,
+                     next_engine_gib: float | None = None) -> list[str]:
     """What the per-trainer records show wrong: engine processes left after a close, free GPU memory after a close
-    more than `slack_gib` below the free memory before the first trainer."""
+    more than `slack_gib` below the free memory before the first trainer, or (`next_engine_gib`: the share of the GPU
+    the next engine asks, rollout.vllm_gpu_memory_utilization x the GPU's memory) too little free for the next engine
+    to start, which vLLM refuses."""
     problems = []
+    for index, record in enumerate(trainers[:-1], start=1):
+        free = record.get("free_gpu_gib_after_close")
+        if next_engine_gib is not None and free is not None and free < next_engine_gib:
+            problems.append(f"trainer {index}: {free:.1f} GiB free after close, the next engine asks "
+                            f"{next_engine_gib:.1f} GiB")
     for index, record in enumerate(trainers, start=1):
         if record["left_after_close"]:
             pids = ", ".join(str(c["pid"]) for c in record["left_after_close"])
@@ -116,9 +124,14 @@ def main(argv: list[str] | None = None) -> int:
             during = engine_processes(child_processes(), before)
         trainers.append({"steps": len(rows), "engine_processes_while_running": len(during),
                          "left_after_close": leftovers_after(before), "free_gpu_gib_after_close": free_gpu_gib()})
-    problems = in_turn_problems(trainers, free_before, args.memory_slack_gib)
+    next_engine = None
+    if free_before is not None and args.engine == "vllm":
+        import torch
+
+        next_engine = config.rollout.vllm_gpu_memory_utilization * torch.cuda.mem_get_info()[1] / 1024**3
+    problems = in_turn_problems(trainers, free_before, args.memory_slack_gib, next_engine)
     result = {"engine": args.engine, "ok": not problems, "problems": problems, "trainers": trainers,
-              "free_gpu_gib_before": free_before, "seconds": round(time.perf_counter() - started, 1)}
+              "free_gpu_gib_before": free_before, "next_engine_gib": next_engine, "seconds": round(time.perf_counter() - started, 1)}
     print(json.dumps(result), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "in_turn.json").write_text(json.dumps(result, indent=1) + "\n")

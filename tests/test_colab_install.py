@@ -137,9 +137,9 @@ def result(process) -> tuple[str, dict]:
     return said, found
 
 
-def test_the_cell_is_ten_lines_or_fewer_and_keeps_colabs_torch_by_default():
+def test_the_cell_is_eleven_lines_or_fewer_and_keeps_colabs_torch_by_default():
     cell = install_cell()
-    assert len(cell.splitlines()) <= INSTALL_CELL_LINES == 10
+    assert len(cell.splitlines()) <= INSTALL_CELL_LINES == 11
     assert re.search(r'^EXTRAS = ""  #', cell, re.M)  # nothing beyond the notebook's own extras unless asked
 
 
@@ -232,41 +232,49 @@ def test_the_cell_stops_with_one_line(built, tmp_path):
 
 # pip's resolver against PyPI (dry runs): `make test-fast` leaves these out.
 
-def python_312() -> tuple[str, str]:
-    """A Python 3.12 interpreter (Colab's version) and what it is; the current Python, said so, when none is found."""
-    candidates = [shutil.which("python3.12"), *sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python"))]
+COLAB_TORCH = {"torch": "2.11.0+cu128", "torchvision": "0.26.0+cu128", "torchaudio": "2.11.0+cu128"}
+"""What Colab's GPU runtime ships of PyTorch (googlecolab/backend-info's readings, as the project read them), on
+Python 3.13, with an NVIDIA driver of 550 or 570 (CUDA 12.4 / 12.8)."""
+
+
+def python_313() -> tuple[str, str]:
+    """A Python 3.13 interpreter (Colab's version) and what it is; the current Python, said so, when none is found."""
+    candidates = [shutil.which("python3.13"), *sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python"))]
     for candidate in filter(None, candidates):
-        done = subprocess.run([str(candidate), "-c", "import sys, venv; print(sys.version_info[:2] == (3, 12))"],
+        done = subprocess.run([str(candidate), "-c", "import sys, venv; print(sys.version_info[:2] == (3, 13))"],
                               capture_output=True, text=True)
         if done.returncode == 0 and done.stdout.strip() == "True":
-            return str(candidate), "Python 3.12"
-    return sys.executable, f"no Python 3.12 found: Python {sys.version.split()[0]} instead"
+            return str(candidate), "Python 3.13"
+    return sys.executable, f"no Python 3.13 found: Python {sys.version.split()[0]} instead"
 
 
-def resolve(tmp_path, chosen: str) -> dict:
+def resolve(tmp_path, chosen: str, constrained: bool | None = None) -> dict:
     """pip's report of what the Colab command (colab_setup.pip_commands, from a clone, the extras of notebook 01 plus
-    `chosen`) would install into a fresh environment whose torch is already installed, as on Colab: a stand-in
-    torch 2.9.0+cu126 (its metadata only, in a Python 3.12 venv). Nothing is installed."""
+    `chosen`) would install into a fresh environment that already has Colab's torch, torchvision and torchaudio
+    (COLAB_TORCH: their metadata only, in a Python 3.13 venv). Nothing is installed. `constrained`: under the GPU
+    constraints (default: when `gpu` is chosen, as the cell does)."""
     try:
         urllib.request.urlopen("https://pypi.org/simple/pip/", timeout=15).close()
     except OSError as error:
         pytest.skip(f"PyPI is not reachable ({error}): the resolver check needs it")
-    python, which = python_312()
+    python, which = python_313()
     print(f"resolving with {which}: {python}")
     venv = tmp_path / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True)
     vpython = venv / "bin" / "python"
     site = Path(subprocess.run([str(vpython), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    info = site / "torch-2.9.0+cu126.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.9.0+cu126\n")
-    (info / "INSTALLER").write_text("pip\n")
-    (info / "RECORD").write_text("")
+    for name, version in COLAB_TORCH.items():
+        info = site / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "INSTALLER").write_text("pip\n")
+        (info / "RECORD").write_text("")
     src = tmp_path / "fspo-lite"
     copy_source(src)
     names = colab_setup.extras("notebooks,embed", chosen)
-    constraints = colab_setup.constraints_file(str(src)) if "gpu" in names else None
+    constrained = "gpu" in names if constrained is None else constrained
+    constraints = colab_setup.constraints_file(str(src)) if constrained else None
     command = colab_setup.pip_commands(str(src), names, constraints)[0]
     assert command[:5] == [sys.executable, "-m", "pip", "install", "-q"]
     report = tmp_path / "report.json"
@@ -280,22 +288,82 @@ def resolve(tmp_path, chosen: str) -> dict:
             for item in json.loads(report.read_text())["install"]}
 
 
+def cuda_majors(install: dict) -> set[int]:
+    """The CUDA majors of the NVIDIA runtime packages pip would install ('nvidia-cuda-runtime' 13.x, or a -cuNN
+    name)."""
+    majors = {int(version.split(".")[0]) for name, version in install.items() if name == "nvidia-cuda-runtime"}
+    return majors | {int(m) for name in install for m in re.findall(r"^nvidia-.*-cu(1\d)$", name)}
+
+
 @pytest.mark.pypi
 def test_the_default_colab_command_keeps_the_installed_torch(tmp_path):
-    """With EXTRAS empty (every notebook's default) pip's resolver keeps the torch already there: fspo-lite's own
-    `torch>=2.4` accepts Colab's. Runs on Python 3.12 when one is found (Colab's version), else on the current Python
-    and says so in its output."""
+    """With EXTRAS empty (every notebook's default) pip's resolver keeps Colab's torch 2.11.0+cu128: fspo-lite's own
+    `torch>=2.4` accepts it, and nothing CUDA 13 comes beside it. Runs on Python 3.13 when one is found (Colab's
+    version), else on the current Python and says so in its output."""
     install = resolve(tmp_path, "")
     assert "fspo-lite" in install and "transformers" in install
-    assert "torch" not in install, f"the resolver would replace the installed torch with {install['torch']}"
+    assert not {"torch", "torchvision", "torchaudio"} & set(install), "the resolver would replace Colab's torch"
+    assert 13 not in cuda_majors(install)
 
 
 @pytest.mark.pypi
-def test_the_gpu_colab_command_installs_the_tested_set(tmp_path):
-    """With EXTRAS="gpu" the resolver takes requirements/gpu-constraints.txt: vllm, torch (which replaces the
-    installed one: vllm pins it) and transformers at the versions tested together."""
+def test_unsloths_own_install_resolves_beside_colabs_torch(tmp_path):
+    """EXTRAS="unsloth" on Colab: Unsloth (model.backend=unsloth, with the transformers engine there) resolves without
+    replacing Colab's torch, torchvision or torchaudio."""
+    install = resolve(tmp_path, "unsloth")
+    assert "unsloth" in install and "unsloth-zoo" in install
+    assert not {"torch", "torchvision", "torchaudio"} & set(install), install.get("torch")
+    assert 13 not in cuda_majors(install)
+
+
+@pytest.mark.pypi
+def test_the_gpu_extra_beside_colabs_torch_brings_a_cuda_13_vllm_which_the_cell_refuses(tmp_path):
+    """Why EXTRAS="gpu" is refused on Colab: under requirements/gpu-constraints.txt pip keeps Colab's torch
+    2.11.0+cu128 (`torch==2.11.0` ignores the local label) and puts vllm beside it with the CUDA 13 runtime, which
+    Colab's driver (550/570) cannot run and Colab's CUDA 12 torch cannot share a process with."""
     install = resolve(tmp_path, "gpu")
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", GPU_CONSTRAINTS.read_text(), re.M))
-    for name in ("vllm", "torch", "transformers", "bitsandbytes", "peft"):
-        assert install[name] == pins[name], name
-    assert "unsloth" not in install
+    assert install["vllm"] == pins["vllm"] and "torch" not in install
+    assert 13 in cuda_majors(install), sorted(n for n in install if n.startswith("nvidia"))
+    assert colab_setup.gpu_refusal(["notebooks", "gpu"], COLAB_TORCH["torch"]).startswith('fspo-lite: EXTRAS "gpu"')
+
+
+def test_the_gpu_refusal_follows_the_installed_torchs_cuda():
+    refuse = colab_setup.gpu_refusal
+    for torch in ("2.11.0+cu128", "2.11.0+cu126", "2.9.0+cu118"):
+        line = refuse(["notebooks", "gpu"], torch)
+        assert "\n" not in line and torch in line and "rollout.engine=transformers" in line
+    for torch in ("2.11.0+cu130", "2.11.0", "2.13.0+cpu", None, "", "garbage+cu"):
+        assert refuse(["notebooks", "gpu"], torch) is None, torch
+    assert refuse(["notebooks", "unsloth"], "2.11.0+cu128") is None
+
+
+def test_on_colabs_torch_the_cell_refuses_gpu_in_one_line_before_installing(built, tmp_path):
+    """The install cell on a stand-in Colab whose torch is 2.11.0+cu128 (its metadata on the path): EXTRAS="gpu"
+    stops with one line and no pip command; EXTRAS="unsloth" installs."""
+    colab_torch = tmp_path / "colab-torch"
+    info = colab_torch / "torch-2.11.0+cu128.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.11.0+cu128\n")
+    standins = built["standins"]
+    built = {**built, "standins": f"{colab_torch}{os.pathsep}{standins}"}
+    process, calls, _, _ = run_cell(built, tmp_path / "a", SOURCE=built["src"].as_uri(), EXTRAS="gpu")
+    assert process.returncode == 1 and calls == []
+    assert process.stderr.strip().splitlines()[-1].startswith(
+        'fspo-lite: EXTRAS "gpu" (vLLM) cannot run beside this runtime\'s torch 2.11.0+cu128')
+    process, calls, _, _ = run_cell(built, tmp_path / "b", SOURCE=built["src"].as_uri(), EXTRAS="unsloth")
+    assert process.returncode == 0 and calls[0][-1].endswith("[notebooks,embed,unsloth]")
+
+
+def test_off_colab_without_fspo_lite_the_cell_stops_in_one_line(tmp_path):
+    """A notebook opened in a kernel without fspo-lite (not on Colab): the install cell says so in one line, instead of
+    the next cell's import traceback."""
+    cell = tmp_path / "cell.py"
+    cell.write_text(install_cell())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    process = subprocess.run([sys.executable, "-I", "-S", str(cell)], capture_output=True, text=True, env=env,
+                             cwd=tmp_path, timeout=60)
+    assert process.returncode == 1
+    assert process.stderr.strip().splitlines() == ["fspo-lite is not installed in this kernel: in a clone run `make "
+                                                   "setup` and pick .venv's kernel, or open the notebook in Colab "
+                                                   "(docs/colab.md)"]

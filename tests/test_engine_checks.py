@@ -76,3 +76,25 @@ def test_in_turn_problems_name_leftovers_and_memory_kept():
     assert problems == ["trainer 2: processes left after close: 42",
                         "trainer 2: 40.0 GiB free after close, 71.0 GiB before the first"]
     assert in_turn.in_turn_problems([{"left_after_close": [], "free_gpu_gib_after_close": None}], None, 1.0) == []
+
+
+def test_memory_an_engine_held_must_be_free_for_the_next_one():
+    """Simulated on the CPU (the numbers stand for torch.cuda.mem_get_info readings; no GPU here): after trainer 1
+    closes, the next engine asks 0.3 x 80 GiB = 24 GiB; an engine that kept its memory leaves too little."""
+    gave_back = {"left_after_close": [], "free_gpu_gib_after_close": 78.0}
+    kept = {"left_after_close": [], "free_gpu_gib_after_close": 20.0}
+    assert in_turn.in_turn_problems([gave_back, gave_back], 79.0, 2.0, next_engine_gib=24.0) == []
+    problems = in_turn.in_turn_problems([kept, gave_back], 79.0, 80.0, next_engine_gib=24.0)
+    assert problems == ["trainer 1: 20.0 GiB free after close, the next engine asks 24.0 GiB"]
+    assert in_turn.in_turn_problems([kept], 79.0, 80.0, next_engine_gib=24.0) == []  # no next engine after the last
+
+
+def test_one_engine_per_rank_caps_batched_tokens_as_trl_does():
+    from fspo_lite.config import load_config
+    from fspo_lite.rollout.vllm_rollout import COLOCATED_BATCHED_TOKENS, llm_arguments
+
+    config = load_config(None, ["rollout.engine=vllm", "model.dtype=float16"])
+    one = llm_arguments(config.rollout, config.model, config.train, 64, "cuda")
+    ranks = llm_arguments(config.rollout, config.model, config.train, 64, "cuda", rank=1, world_size=2)
+    assert "max_num_batched_tokens" not in one and ranks["max_num_batched_tokens"] == COLOCATED_BATCHED_TOKENS == 4096
+    assert ranks["distributed_executor_backend"] == "external_launcher" and ranks["seed"] == config.train.seed + 1

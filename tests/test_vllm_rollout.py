@@ -162,9 +162,11 @@ def test_vllm_option_problems_on_cpu_and_cuda(tmp_path, monkeypatch):
     # on CUDA, vLLM's LoRA kernels assert 16-bit inputs: a float32 model is refused before vLLM starts
     (line,) = vllm_option_problems(plain.rollout, plain.model, "cuda")
     assert plain.model.dtype == "float32" and "model.dtype=bfloat16" in line and "\n" not in line
-    for fine in ("model.dtype=bfloat16", "model.dtype=float16", "model.backend=unsloth"):
-        config = _config(tmp_path, "rollout.engine=vllm", fine)
+    for fine in (["model.dtype=bfloat16"], ["model.dtype=float16"], ["model.backend=unsloth", "model.dtype=float16"]):
+        config = _config(tmp_path, "rollout.engine=vllm", *fine)
         assert vllm_option_problems(config.rollout, config.model, "cuda") == [], fine
+    unsloth_float32 = _config(tmp_path, "rollout.engine=vllm", "model.backend=unsloth")  # its loader takes 16-bit only
+    assert "Unsloth's vLLM loader" in vllm_option_problems(unsloth_float32.rollout, unsloth_float32.model, "cuda")[0]
 
 
 def test_llm_arguments_on_cuda_and_cpu(tmp_path):

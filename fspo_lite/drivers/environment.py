@@ -1,7 +1,8 @@
 """`fspo-lite env`: the installation, the device and the dtype each GPU path will use, for a bug report.
 
 Versions come from package metadata (importlib.metadata), so vllm, unsloth and bitsandbytes are never imported:
-the command answers in a second even where one of them is broken. The dtypes come from the one rule of
+the command answers in a second even where one of them is broken; the CUDA builds are read from their files
+(fspo_lite.models.cuda_stack). The dtypes come from the one rule of
 fspo_lite.models.precision, so what it prints is what a run on this machine will do.
 """
 
@@ -58,8 +59,16 @@ def environment_lines() -> list[str]:
     """Every line `fspo-lite env` prints: python, the packages, the platform, the device and the dtypes."""
     lines = [f"python: {sys.version.split()[0]} ({sys.executable})"]
     lines += [f"{name}: {package_version(name)}" for name in PACKAGES]
-    lines += [f"platform: {platform.platform()}", device_line(), *dtype_lines()]
+    lines += [f"platform: {platform.platform()}", device_line(), *cuda_stack_lines(), *dtype_lines()]
     return lines
+
+
+def cuda_stack_lines() -> list[str]:
+    """The driver, torch's, vLLM's and bitsandbytes' CUDA builds and the GPU's compute capability, and what of them
+    cannot run here, each refusal in the one line a run would stop with (fspo_lite.models.cuda_stack)."""
+    from fspo_lite.models.cuda_stack import read_cuda_stack, stack_lines
+
+    return stack_lines(read_cuda_stack())
 
 
 def cmd_env(args) -> int:

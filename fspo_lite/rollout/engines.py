@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fspo_lite.config import ModelConfig, RolloutConfig, TrainConfig
+from fspo_lite.models.cuda_stack import check_cuda_stack
 from fspo_lite.rollout.transformers_rollout import TransformersRollout
 from fspo_lite.rollout.vllm_rollout import VLLMRollout, build_llm, check_vllm_engine, require_lora, unsloth_llm
 from fspo_lite.rollout.vllm_server import VLLMServerRollout, require_server_url
@@ -20,12 +21,15 @@ ROLLOUT_ENGINES = ("transformers", "vllm", "vllm-server")
 
 def check_rollout_engine(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig) -> None:
     """Before any model loads: a one-line error for an engine that cannot run with these sections here (an unknown
-    name, a server engine without a URL, vLLM without a platform or asked for what its platform lacks)."""
+    name, a server engine without a URL, a CUDA stack that cannot run the run's parts, vLLM without a platform or
+    asked for what its platform lacks)."""
     engine = rollout.engine
     if engine not in ROLLOUT_ENGINES:
         raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")
     if engine == "vllm-server":
         require_server_url(rollout)
+    # the driver, torch's, vLLM's and bitsandbytes' CUDA builds and the GPU: a mismatch fails here, not in a load
+    check_cuda_stack(uses_vllm=engine == "vllm", uses_bnb=model_config.load_in_4bit)
     check_vllm_engine(rollout, model_config, train)
 
 

@@ -37,6 +37,7 @@ from fspo_lite.models.policy import TINY, ModelLoadError, model_source
 from fspo_lite.models.precision import gpu_compute_dtype, vllm_bf16_problem, vllm_dtype
 from fspo_lite.rollout.sampling import Engine, Sampling
 from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
+from fspo_lite.rollout.unsloth_checks import unsloth_vllm_problems
 
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 """The values vLLM accepts for max_lora_rank."""
@@ -175,6 +176,10 @@ def require_lora(rollout: RolloutConfig, model_config: ModelConfig, train: Train
         raise ValueError("rollout.use_sampler_logprobs is valid only with train.ppo_epochs=1 (see docs/gpu.md)")
 
 
+COLOCATED_BATCHED_TOKENS = 4096
+"""vLLM's max_num_batched_tokens for one colocated engine per training rank, as TRL sets it in vllm_mode="colocate"
+(trl/generation/vllm_generation.py: the profiler is "misled by the high default value")."""
+
 CPU_KV_CACHE_GIB = 1
 """KV cache of the colocated engine on vLLM's CPU platform, in GiB, unless VLLM_CPU_KVCACHE_SPACE says otherwise
 (1 GiB holds about 21,000 float32 tokens of SmolLM2-135M)."""
@@ -209,7 +214,7 @@ def vllm_option_problems(rollout: RolloutConfig, model_config: ModelConfig, plat
     refused too: vLLM stops there in its start-up (fspo_lite.models.precision)."""
     if platform == "cuda":
         if model_config.backend == "unsloth":
-            return []
+            return unsloth_vllm_problems(rollout, model_config)
         if model_config.dtype == "float32" and not model_config.load_in_4bit:
             wanted = str(gpu_compute_dtype()).replace("torch.", "")
             return [f"rollout.engine=vllm on a CUDA GPU needs 16-bit weights (vLLM's LoRA kernels take bfloat16 or "
@@ -347,6 +352,8 @@ def llm_arguments(rollout: RolloutConfig, model_config: ModelConfig, train: Trai
         arguments["logprobs_mode"] = "processed_logprobs"  # after temperature, as the trainer computes them
     if world_size > 1:
         arguments["distributed_executor_backend"] = "external_launcher"  # one engine per training rank
+        # as TRL's colocate mode sets it: vLLM's memory profiling is otherwise misled by the default batch of tokens
+        arguments["max_num_batched_tokens"] = COLOCATED_BATCHED_TOKENS
     return arguments
 
 

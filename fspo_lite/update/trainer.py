@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from fspo_lite import algos
 from fspo_lite.config import Config
+from fspo_lite.text import require_sentence_splitter
 from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
@@ -63,6 +64,7 @@ class Trainer:
         if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
             check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
         check_rollout_engine(config.rollout, config.model, config.train)  # vLLM: installed, a platform, its settings
+        require_sentence_splitter()  # without pysbd every response would silently be one sentence
         self.config = config
         self.progress = progress
         set_seed(config.train.seed)

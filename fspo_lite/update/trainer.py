@@ -27,7 +27,8 @@ from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
 from fspo_lite.data.user_data import as_examples
-from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, sample_record, truncate_jsonl
+from fspo_lite.logs.training_log import (MetricsLogger, append_jsonl, earlier_run, metric_text, sample_record,
+                                        truncate_jsonl)
 from fspo_lite.memory import release_memory
 from fspo_lite.models.logprobs import reference_context
 from fspo_lite.models.policy import frozen_copy, load_policy
@@ -234,7 +235,7 @@ class Trainer:
             metrics = self.train_step()
             history.append(metrics)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
-                            fact=f"{metrics['step_factuality']:.2f}")
+                            fact=metric_text("step_factuality", metrics["step_factuality"], 2))
             every = self.config.train.save_every
             if every and self.step_index % every == 0 and self.step_index < self.config.train.steps:
                 self.save()

@@ -1,0 +1,68 @@
+"""What a new user meets in the first hour: `eval --adapter` on the model the checkpoint names, a mismatch in one short
+line, training output that says `kl=off` rather than `kl=nan`, and an eval table with one unit each."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from fspo_lite.__main__ import main
+from fspo_lite.logs.training_log import metric_text
+from fspo_lite.update.checkpoint import trained_model_name
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    """A one-step run of the tiny model through the command line; its checkpoint's config.yaml says model.name=tiny."""
+    import contextlib
+    import io
+
+    root = tmp_path_factory.mktemp("run")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+            code = main(["train", "--config", "configs/tiny.yaml", "--set", "train.steps=1", "--set",
+                     "rollout.max_new_tokens=8",
+                     "--set", f"train.output_dir={root}", "--set", "reward.method=fspo"])
+    assert code == 0
+    (root / "printed.txt").write_text(printed.getvalue())
+    return root / "checkpoints" / "step-000001"
+
+
+def test_training_output_says_off_and_none_instead_of_nan(tiny_checkpoint, capsys):
+    assert metric_text("kl", math.nan) == "off" and metric_text("step_factuality", math.nan) == "none"
+    assert metric_text("loss", math.nan) == "n/a" and metric_text("loss", None) == "n/a"
+    assert metric_text("loss", 0.123456) == "0.1235" and metric_text("step", 3) == "3"
+    rows = [json.loads(line) for line in (tiny_checkpoint.parents[1] / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["kl"] is None  # beta is 0: nothing measured, and the log says so
+    printed = (tiny_checkpoint.parents[1] / "printed.txt").read_text()
+    assert "kl=off" in printed and "nan" not in printed
+
+
+def test_eval_adapter_reads_the_model_from_the_checkpoint(tiny_checkpoint, tmp_path, capsys):
+    assert trained_model_name(tiny_checkpoint) == "tiny"
+    assert trained_model_name(tiny_checkpoint / "model") == "tiny"
+    assert trained_model_name(tmp_path) is None
+    code = main(["eval", "--adapter", str(tiny_checkpoint), "--benchmarks", "kbqa", "--limit", "1", "--quiet",
+                 "--set", "evaluation.max_new_tokens=8", "--output", str(tmp_path / "eval")])
+    out, err = capsys.readouterr()
+    assert code == 0 and "model.name=tiny (the model" in err
+    assert json.loads((tmp_path / "eval" / "summary.json").read_text())["benchmarks"]["kbqa"]
+    shares, percentages = out.split("answer decomposition, percent of questions:")
+    assert "decomp_" not in shares and "decomp_all_correct" in percentages and "f1" not in percentages
+
+
+def test_an_adapter_on_the_wrong_model_is_one_short_line(tiny_checkpoint, tmp_path, capsys):
+    code = main(["eval", "--adapter", str(tiny_checkpoint), "--model", "smollm2-135m", "--benchmarks", "kbqa",
+                 "--limit", "1", "--quiet", "--output", str(tmp_path / "eval")])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("fspo_lite:")]
+    assert code == 1 and len(lines) == 1 and len(lines[0]) < 250, lines
+    assert "does not fit model.name=smollm2-135m" in lines[0] and "--model tiny" in lines[0]
+
+
+def test_a_plain_peft_folder_names_its_base_model(tmp_path):
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "org/base"}))
+    assert trained_model_name(tmp_path) == "org/base"
+    (tmp_path / "adapter_config.json").write_text("[not json")
+    assert trained_model_name(tmp_path) is None

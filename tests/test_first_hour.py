@@ -66,3 +66,33 @@ def test_a_plain_peft_folder_names_its_base_model(tmp_path):
     assert trained_model_name(tmp_path) == "org/base"
     (tmp_path / "adapter_config.json").write_text("[not json")
     assert trained_model_name(tmp_path) is None
+
+
+def test_the_papermill_command_of_docs_evaluation_leaves_nothing_untracked():
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    assert "--cwd notebooks" in (root / "docs" / "evaluation.md").read_text()  # the notebook writes runs/ there
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    ignored = subprocess.run(["git", "check-ignore", "-q", "notebooks/runs/eval_notebook/summary.json"], cwd=root)
+    assert ignored.returncode == 0
+
+
+def test_the_colab_t4_profile_is_documented_with_its_settings():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs" / "colab.md").read_text().split("## The colab_t4 profile", 1)[1]
+    profile = yaml.safe_load((root / "configs" / "lite" / "colab_t4.yaml").read_text())
+    train = next(n["parameters"] for n in profile["notebooks"] if n["name"].startswith("03"))
+    assert "--profile colab_t4" in doc and "configs/lite/colab_t4.yaml" in doc
+    said = (f"{train['steps']} steps of {train['prompts_per_step']} questions x {train['group_size']} answers",
+            f"{train['max_new_tokens']} new tokens", f"`train.beta` {train['beta']}",
+            f"{train['eval_limit']} held-out items per benchmark with {train['eval_samples']} answers")
+    assert all(text in " ".join(doc.split()) for text in said), said
+    assert train["methods"] == ["grpo", "fspo", "caution"] and train["seeds"] == [0, 1]

@@ -136,7 +136,7 @@ def cmd_eval(args) -> int:
     config = apply_shortcuts(load_config(args.config, args.overrides), shortcuts)  # the range checks of --set
     chosen = args.model or any(item.split("=", 1)[0].strip() == "model.name" for item in args.overrides)
     if args.adapter and not chosen:  # the model the checkpoint was trained on, as its own config.yaml names it
-        from fspo_lite.update.checkpoint import trained_model_name
+        from fspo_lite.models.adapter_origin import trained_model_name
 
         trained = trained_model_name(args.adapter)
         if trained and trained != config.model.name:

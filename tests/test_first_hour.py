@@ -10,7 +10,7 @@ import pytest
 
 from fspo_lite.__main__ import main
 from fspo_lite.logs.training_log import metric_text
-from fspo_lite.update.checkpoint import trained_model_name
+from fspo_lite.models.adapter_origin import trained_model_name
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +96,17 @@ def test_the_colab_t4_profile_is_documented_with_its_settings():
             f"{train['eval_limit']} held-out items per benchmark with {train['eval_samples']} answers")
     assert all(text in " ".join(doc.split()) for text in said), said
     assert train["methods"] == ["grpo", "fspo", "caution"] and train["seeds"] == [0, 1]
+
+
+def test_the_flip_figure_has_a_legend_and_says_why_a_reward_of_zero_is_pushed_up(tmp_path):
+    from fspo_lite.drivers.report.plots import flip_caption, plot_flip
+
+    record = {"question": "Which river?", "gold": ["Danube"], "reward": 0.0, "advantage": 0.87,
+              "tokens": ["<think>", "The", " river", "</think>"], "token_advantages": [0.87, -0.87, -0.87, 0.87]}
+    fig = plot_flip(record, tmp_path / "flip.png")
+    assert (tmp_path / "flip.png").is_file()
+    texts = [t.get_text() for t in fig.texts]
+    labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    assert any("more likely" in label for label in labels) and any("less likely" in label for label in labels)
+    assert any("+0.87 = (reward 0.00 - the group's mean)" in t and "it beat its group's mean" in t for t in texts)
+    assert "fell below its group's mean" in flip_caption(1.0, -0.2) and "equals" in flip_caption(0.5, 0.0)

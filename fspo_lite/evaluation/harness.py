@@ -331,20 +331,10 @@ RUNNERS = {"short_qa": run_short_qa, "math": run_math, "truthfulqa_mc": run_trut
 
 def load_eval_model(config):
     """(model, tokenizer) of config.model for evaluation: the base model, plus model.adapter_path when set."""
-    from fspo_lite.models.policy import ModelLoadError, load_policy
+    from fspo_lite.models.policy import load_policy
 
-    try:
-        model, tokenizer = load_policy(dataclasses.replace(config.model, lora=bool(config.model.adapter_path)),
-                                       seed=config.evaluation.seed, for_training=False)
-    except RuntimeError as error:  # peft's size-mismatch message runs to hundreds of characters, one per layer
-        if "size mismatch" not in str(error) or not config.model.adapter_path:
-            raise
-        from fspo_lite.update.checkpoint import trained_model_name
-
-        trained = trained_model_name(config.model.adapter_path)
-        hint = f"model.name={trained} (--model {trained})" if trained else "the model it was trained on (--model)"
-        raise ModelLoadError(f"adapter {config.model.adapter_path} does not fit model.name={config.model.name} (its "
-                             f"weight shapes differ); evaluate it on {hint}") from None
+    model, tokenizer = load_policy(dataclasses.replace(config.model, lora=bool(config.model.adapter_path)),
+                                   seed=config.evaluation.seed, for_training=False)
     return model.eval(), tokenizer
 
 

@@ -355,34 +355,3 @@ def load_checkpoint(path: str | Path, model, optimizer) -> dict:
     if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "sampler" not in state:
         raise CheckpointError(f"checkpoint {path}: trainer_state.json has no integer 'step' and 'sampler'")
     return state
-
-
-def trained_model_name(adapter_path: str | Path) -> str | None:
-    """The model an adapter was trained on: model.name of a training checkpoint's config.yaml (given the checkpoint
-    or its model/ folder), else base_model_name_or_path of a PEFT folder's adapter_config.json; None when neither
-    names one (a hub id, an unreadable or hostile file: the load reports those)."""
-    import json
-
-    import yaml
-
-    folder = Path(adapter_path).expanduser()
-    for checkpoint in (folder, folder.parent):
-        file = checkpoint / "config.yaml"
-        if file.is_file() and (checkpoint / MANIFEST).is_file():
-            try:
-                values = yaml.safe_load(file.read_text(encoding="utf-8"))
-            except (yaml.YAMLError, UnicodeDecodeError, OSError):
-                return None
-            name = values.get("model", {}).get("name") if isinstance(values, dict) and isinstance(
-                values.get("model"), dict) else None
-            return name if isinstance(name, str) and name.strip() else None
-    for candidate in (folder, folder / "model"):
-        file = candidate / "adapter_config.json"
-        if file.is_file():
-            try:
-                values = json.loads(file.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError, OSError):
-                return None
-            name = values.get("base_model_name_or_path") if isinstance(values, dict) else None
-            return name if isinstance(name, str) and name.strip() else None
-    return None

@@ -15,6 +15,7 @@ from fspo_lite.scoring.by_text import ResponseAdvantages, group_token_advantages
 from fspo_lite.scoring.grading import math_answers_equal
 from fspo_lite.scoring.plan import check_settings  # also registers the reward.method and verifier.name checks
 from fspo_lite.text import extract_answer, hotpot_em_f1, is_unknown, parse_response, sentence_spans
+from fspo_lite.update.trainer import Trainer  # model, train_dataset and reward_funcs of your own, as TRL's GRPOTrainer
 
 __version__ = "0.1.0"
 
@@ -23,5 +24,5 @@ __all__ = [
     "Config", "QAExample", "aggregate_loss", "clipped_surrogate", "extract_answer", "fspo_flip",
     "group_advantages", "hotpot_em_f1", "is_unknown", "kl_k3", "load_config", "load_examples",
     "load_policy", "math_answers_equal", "parse_response", "reward_to_go", "sentence_spans", "step_score",
-    "token_advantages", "token_reward_advantages", "check_settings",
+    "token_advantages", "token_reward_advantages", "check_settings", "Trainer",
 ]

@@ -25,6 +25,7 @@ def describe(trainer) -> str:
 
 def cmd_train(args) -> int:
     from fspo_lite.config import load_config
+    from fspo_lite.logs.training_log import metric_text
     from fspo_lite.update.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
@@ -36,7 +37,7 @@ def cmd_train(args) -> int:
     keys = ("step", "reward_mean", "accuracy", "format_rate", "step_factuality", "flipped_token_share",
             "loss", "kl", "completion_length", "step_time")
     for row in history:
-        report("  ".join(f"{k}={row[k]:.4g}" if isinstance(row[k], float) else f"{k}={row[k]}" for k in keys))
+        report("  ".join(f"{k}={metric_text(k, row[k])}" for k in keys))  # kl=off, not kl=nan, when beta is 0
     report(f"metrics: {trainer.logger.path}")
     return 0
 
@@ -133,11 +134,24 @@ def cmd_eval(args) -> int:
         name, _, spec = item.partition("=")
         shortcuts[f"evaluation.sources.{name.strip()}"] = spec.strip()
     config = apply_shortcuts(load_config(args.config, args.overrides), shortcuts)  # the range checks of --set
+    chosen = args.model or any(item.split("=", 1)[0].strip() == "model.name" for item in args.overrides)
+    if args.adapter and not chosen:  # the model the checkpoint was trained on, as its own config.yaml names it
+        from fspo_lite.models.adapter_origin import trained_model_name
+
+        trained = trained_model_name(args.adapter)
+        if trained and trained != config.model.name:
+            config = apply_shortcuts(config, {"model.name": trained})
+            print(f"[fspo_lite] model.name={trained} (the model {args.adapter} was trained on)", file=sys.stderr)
     with command_lock([config.evaluation.output_dir], "choose another --output", _command_line()):  # before the model
         result = evaluate(config, progress=not args.quiet)
         result.summary["command"] = _command_line()
         result.save(config.evaluation.output_dir)
-    print(result.table.drop(columns="by").to_string(index=False, float_format=lambda v: f"{v:.4f}"))  # every row
+    table = result.table
+    percent = table["by"].astype(str).str.startswith("percent")  # one unit per table: shares, then percentages
+    print(table[~percent].drop(columns="by").to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    if percent.any():
+        print("\nanswer decomposition, percent of questions:")
+        print(table[percent].drop(columns="by").to_string(index=False, float_format=lambda v: f"{v:.1f}"))
     seconds = {name: b["seconds"] for name, b in result.summary["benchmarks"].items()}
     print("seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
     print(f"results: {config.evaluation.output_dir}/(summary.json, table.csv, records.jsonl)")
@@ -257,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     eval_ = commands.add_parser("eval", help="measure hallucination on benchmarks (docs/evaluation.md)")
     _add_config_arguments(eval_)
     eval_.add_argument("--model", help="model name, hub id or folder (model.name)")
-    eval_.add_argument("--adapter", help="a checkpoint (<run>/checkpoints/step-NNNNNN) or LoRA adapter folder to evaluate")
+    eval_.add_argument("--adapter", help="a checkpoint (<run>/checkpoints/step-NNNNNN) or LoRA adapter folder to "
+                       "evaluate, on the model its config.yaml (or adapter_config.json) names unless --model or --set "
+                       "model.name says otherwise")
     eval_.add_argument("--benchmarks", help=f"comma-separated names (evaluation.benchmarks): {', '.join(BENCHMARKS)}; "
                        "docs/evaluation.md says what each measures and where its data comes from")
     eval_.add_argument("--limit", type=int, help="first N items of each benchmark (evaluation.limit)")

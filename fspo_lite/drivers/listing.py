@@ -11,7 +11,7 @@ def entries(kind: str) -> dict[str, str]:
     if kind == "methods":
         from fspo_lite.scoring.methods import method_summaries
 
-        return method_summaries()
+        return {**method_summaries(), **arm_settings()}
     if kind == "verifiers":
         from fspo_lite.scoring.verifiers import VERIFIERS
 
@@ -25,6 +25,27 @@ def entries(kind: str) -> dict[str, str]:
 
         return profile_names()
     raise ValueError(f"unknown list {kind!r}; available: {', '.join(KINDS)}")
+
+
+def arm_settings() -> dict[str, str]:
+    """The study's named arms that are settings rather than reward methods (corver, fspo+kb, grpo+4x, ...), each with
+    the keys that make it: read from the profiles' `arms` (configs/lite/*.yaml), so `list methods` names them too."""
+    from fspo_lite.config import parse_yaml_file
+    from fspo_lite.drivers.experiment import PROFILE_DIR
+
+    settings = {}
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        try:
+            notebooks = (parse_yaml_file(path) or {}).get("notebooks") or {}
+        except Exception:  # an unreadable profile is `list profiles`'s to report
+            continue
+        for notebook in notebooks if isinstance(notebooks, list) else ():
+            arms = ((notebook or {}).get("parameters") or {}).get("arms") if isinstance(notebook, dict) else None
+            for name, keys in (arms or {}).items() if isinstance(arms, dict) else ():
+                if isinstance(keys, dict):
+                    sets = " ".join(f"--set {key}={value}" for key, value in keys.items())
+                    settings.setdefault(name, f"a {path.stem} arm, not a method: {sets}")
+    return settings
 
 
 def cmd_list(args) -> int:

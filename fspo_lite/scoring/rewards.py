@@ -77,9 +77,12 @@ def score_rollouts(examples: list[QAExample], rollout: Rollout, tokenizer, confi
     texts = [view.text for view in views]
     verdicts = (verify_sentences(examples, texts, verifier, config.verifier.threshold) if plan.verdicts
                 else [SentenceVerdicts() for _ in views])
+    lengths = rollout.completion_mask.sum(dim=1).tolist()
+    ids = ([row[: int(n)] for row, n in zip(rollout.completion_ids.tolist(), lengths)]
+           if tools.user_reward is not None else None)  # a user's reward functions read them, as TRL's do
     batch = RewardBatch(examples, views, grade(examples, views, config.reward), rollout.completion_mask,
                         config.reward.format_penalty, config.rollout.group_size, step, config.train.steps,
-                        config.train.seed, verdicts if plan.verdicts else None)
+                        config.train.seed, verdicts if plan.verdicts else None, ids)
     result = method_rewards(batch, plan, getattr(config, plan.section) if plan.section else None, verifier, tools)
     total = total_rewards(batch, result, verdicts, plan, config.detail, tools.relevance)
     mask = sentence_mask(views, verdicts, rollout.completion_ids.shape[1]) if plan.flip else None
@@ -97,7 +100,10 @@ def grade(examples: list[QAExample], views: list[ResponseView], reward) -> list[
 def method_rewards(batch: RewardBatch, plan: ScoringPlan, section, verifier: Verifier | None,
                    tools: RewardTools) -> MethodResult:
     """The reward of the plan's source (its METHODS entry) for every response of `batch`, given only its config
-    section (`section`: config.<plan.section>, None when the source has none) and the run's `tools`."""
+    section (`section`: config.<plan.section>, None when the source has none) and the run's `tools`; the user's
+    reward functions (tools.user_reward, fspo_lite.scoring.user_reward) when the run has them."""
+    if tools.user_reward is not None:
+        return tools.user_reward.score(batch, section, verifier, tools)
     return METHODS[plan.source].score(batch, section, verifier, tools)
 
 

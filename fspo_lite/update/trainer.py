@@ -11,7 +11,9 @@ scoring/rewards.py, scoring/verdicts.py and algos.py (tests/test_architecture.py
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -25,16 +27,20 @@ from fspo_lite.text import require_sentence_splitter
 from fspo_lite.data.examples import QAExample
 from fspo_lite.data.prompts import prompt_text
 from fspo_lite.data.training_set import ExampleSampler, load_training_examples
-from fspo_lite.logs.training_log import MetricsLogger, append_jsonl, earlier_run, sample_record, truncate_jsonl
+from fspo_lite.data.user_data import as_examples
+from fspo_lite.logs.training_log import (MetricsLogger, append_jsonl, earlier_run, metric_text, sample_record,
+                                        truncate_jsonl)
 from fspo_lite.memory import release_memory
 from fspo_lite.models.logprobs import reference_context
 from fspo_lite.models.policy import frozen_copy, load_policy
 from fspo_lite.models.precision import needs_loss_scaling
+from fspo_lite.models.user_model import model_name_of, prepare_user_policy
 from fspo_lite.rollout.engines import check_rollout_engine
 from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
 from fspo_lite.scoring.plan import check_settings, scoring_plan
 from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
+from fspo_lite.scoring.user_reward import UserReward, check_reward_funcs
 from fspo_lite.scoring.verifiers import build_verifier
 from fspo_lite.speed import build_logprob_pass, build_rollout_engine
 from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints,
@@ -57,8 +63,31 @@ class Trainer:
     """Owns the model, optimizer, rollout engine and verifier; `train()` runs config.train.steps steps."""
 
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
-                 verifier=None, progress: bool = True):
+                 verifier=None, progress: bool = True, *, train_dataset=None, reward_funcs=None, reward_weights=None):
+        """`model`: None (config.model.name is loaded), a name or folder (loaded in its place) or a loaded
+        transformers model (with `tokenizer`, or the tokenizer of its folder; a LoRA adapter when model.lora);
+        `train_dataset`: the training questions as a list of dicts, a file path or a datasets.Dataset
+        (fspo_lite.data.user_data; `train_examples`: QAExample objects; neither: data.train); `reward_funcs`: a
+        function or a list of them in TRL's convention, weighted by `reward_weights`, in place of the outcome reward
+        of reward.method=grpo / fspo (fspo_lite.scoring.user_reward). Each is checked, in one line, before any model
+        loads."""
+        if model is not None:  # the checkpoints' config.yaml names the model trained (eval --adapter reads it)
+            name = model_name_of(model, config.model.name)
+            if name != config.model.name:
+                config = dataclasses.replace(config, model=dataclasses.replace(config.model, name=name))
+            if isinstance(model, (str, os.PathLike)):
+                model = None
         check_settings(config)  # before any model loads (load_config checks ranges too; configs built in code come here)
+        if train_dataset is not None:
+            if train_examples is not None:
+                raise ValueError("give train_dataset or train_examples, not both")
+            train_examples = as_examples(train_dataset, seed=config.train.seed)
+        user_reward = None
+        if reward_funcs is not None:
+            columns = {key for example in (train_examples or []) for key in example.extra}
+            user_reward = UserReward(*check_reward_funcs(reward_funcs, reward_weights, columns, config.reward.method))
+        elif reward_weights is not None:
+            raise ValueError("reward_weights without reward_funcs")
         if not config.train.resume and earlier_run(config.train.output_dir):  # would log steps 1, 2 after 1, 2
             raise TrainingError(earlier_run(config.train.output_dir))
         if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
@@ -72,8 +101,10 @@ class Trainer:
         self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
         # the data before the model: a bad data file is reported in a second, not after the model loads
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
-        owns_model = model is None or tokenizer is None  # loaded here: its Unsloth vLLM engine ends with the trainer
-        if owns_model:
+        owns_model = model is None  # loaded here: its Unsloth vLLM engine ends with the trainer
+        if model is not None:
+            model, tokenizer = prepare_user_policy(model, tokenizer, config.model)
+        else:
             model, tokenizer = load_policy(config.model, seed=config.train.seed,
                                            max_seq_length=config.data.max_prompt_tokens + config.rollout.max_new_tokens,
                                            fast_inference=config.rollout.engine == "vllm",
@@ -84,6 +115,7 @@ class Trainer:
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
+        self.reward_tools.user_reward = user_reward
         self.scoring_plan = scoring_plan(config.reward, config.detail, self.verifier is not None)  # once per run
         self.reference = frozen_copy(self.model) if config.train.beta > 0 and not config.model.lora else None
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
@@ -205,7 +237,7 @@ class Trainer:
             metrics = self.train_step()
             history.append(metrics)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", acc=f"{metrics['accuracy']:.2f}",
-                            fact=f"{metrics['step_factuality']:.2f}")
+                            fact=metric_text("step_factuality", metrics["step_factuality"], 2))
             every = self.config.train.save_every
             if every and self.step_index % every == 0 and self.step_index < self.config.train.steps:
                 self.save()

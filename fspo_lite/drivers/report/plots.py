@@ -218,7 +218,25 @@ def plot_flip(record: dict, path: str | Path | None = None):
                                 fontsize=7)
     fig.suptitle(f"Q: {record['question']}  (gold: {', '.join(record['gold'][:2])}; reward {record['reward']:.2f})",
                  fontsize=10)
+    from matplotlib.patches import Patch
+
+    axes[0].legend(handles=[Patch(color="#2ea043", label="positive: the update makes the token more likely"),
+                            Patch(color="#d73a49", label="negative: less likely")], fontsize=8, loc="upper right")
+    fig.text(0.01, 0.005, flip_caption(record["reward"], record["advantage"]), fontsize=8, ha="left", va="bottom")
+    fig.subplots_adjust(bottom=0.3 if len(after) <= 90 else 0.12)
     return save_figure(fig, path)
+
+
+def flip_caption(reward: float, advantage: float) -> str:
+    """Why the response's tokens start with the advantage they have: GRPO's advantage is the reward minus the group's
+    mean (over its spread), so a reward of 0 is pushed up when the group's other answers did worse (a malformed one
+    earns reward.format_penalty, below 0); FSPO then flips the sign of each sentence the verifier disagrees with."""
+    side = "above" if advantage > 0 else "below" if advantage < 0 else "at"
+    why = {"above": "it beat its group's mean", "below": "it fell below its group's mean",
+           "at": "it equals its group's mean"}[side]
+    return (f"Advantage before the flip {advantage:+.2f} = (reward {reward:.2f} - the group's mean) / the group's "
+            f"spread: {why}. After: FSPO makes tokens of unsupported reasoning sentences negative and of supported "
+            "ones positive.")
 
 
 METRIC_NAMES = {"accuracy": "accuracy", "not_attempted": "not attempted",

@@ -59,6 +59,8 @@ class RewardBatch:
     verdicts: list | None = None
     """One verdicts.SentenceVerdicts per response when the run's plan has the verifier label reasoning sentences
     (always for a method with `needs_verdicts`), else None."""
+    completion_ids: list | None = None
+    """Each response's generated token ids (a list of ints per response), for a user's reward functions."""
 
     @property
     def texts(self) -> list[str]:
@@ -93,6 +95,9 @@ class RewardTools:
     """KLCF's reward model (klcf.reward_model), when one is set."""
     relevance: ChatModel | None = None
     """The detail term's relevance judge (detail.relevance_judge), when its weight is not 0; any method."""
+    user_reward: Any = None
+    """The user's own reward functions (fspo_lite.scoring.user_reward.UserReward, `Trainer(reward_funcs=...)`):
+    when set, they are the source in place of the outcome reward of grpo / fspo."""
 
 
 def no_tools(config, checklists: dict[str, list[str]] | None = None) -> RewardTools:

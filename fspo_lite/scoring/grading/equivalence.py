@@ -108,6 +108,40 @@ _ZERO = r"[+-]?(?:0+(?:\.0*)?|\.0+)"
 _DIVISION_BY_ZERO = re.compile(rf"\\frac\s*\{{\s*[^{{}}]*\}}\s*\{{\s*{_ZERO}\s*\}}|/\s*(?:\(\s*{_ZERO}\s*\)|{_ZERO}(?![\d.]))(?!\s*[\w(\\{{])")
 
 
+_SCALE_WORDS = {"dozen": 12, "hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_SCALE = re.compile(r"\s+(dozen|hundred|thousand|million|billion|trillion)$", re.IGNORECASE)
+"""Number words that multiply ("1.5 million" = 1500000): a word that changes the quantity, never dropped as a unit."""
+_UNIT_MEASURES = {
+    "length": {1: ("mm millimeter millimetre", Fraction(1, 1000)), 2: ("cm centimeter centimetre", Fraction(1, 100)),
+               3: ("m meter metre", Fraction(1)), 4: ("km kilometer kilometre", Fraction(1000)),
+               5: ("in inch inche", Fraction(254, 10000)), 6: ("ft foot feet", Fraction(3048, 10000)),
+               7: ("yd yard", Fraction(9144, 10000)), 8: ("mi mile", Fraction(1609344, 1000))},
+    "time": {1: ("s sec second", Fraction(1)), 2: ("min minute", Fraction(60)), 3: ("h hr hrs hour", Fraction(3600)),
+             4: ("day", Fraction(86400)), 5: ("week", Fraction(604800))},
+    "mass": {1: ("mg milligram", Fraction(1, 1000)), 2: ("g gm gram", Fraction(1)), 3: ("kg kilogram", Fraction(1000))},
+    "volume": {1: ("ml milliliter millilitre", Fraction(1, 1000)), 2: ("l liter litre", Fraction(1))},
+    "money": {1: ("cent", Fraction(1, 100)), 2: ("dollar", Fraction(1))},
+}
+_UNIT_FACTORS = {name: (dimension, factor) for dimension, table in _UNIT_MEASURES.items()
+                 for names, factor in table.values() for name in names.split()}
+"""Units with a fixed conversion: two quantities in units of one dimension compare after conversion (1 m = 100 cm,
+2 hours = 120 minutes, \\$0.50 = 50 cents). Months, years, pounds (money or weight) and miles per hour have none."""
+_UNIT_POWER = re.compile(r"^(?:(sq\.?|square)\s+|(cubic)\s+)?(.*?)(?:\^\{?([23])\}?)?$")
+
+
+def _unit_measure(unit: str) -> tuple[str, int, Fraction] | None:
+    """(dimension, power, factor to the base unit) of a unit key ("cm^2" -> length, 2, 1/10000), None if unknown."""
+    match = _UNIT_POWER.match(unit)
+    square, cubic, name, exponent = match.groups()
+    power = 3 if cubic else 2 if square else int(exponent) if exponent else 1
+    if (square or cubic) and exponent:
+        return None
+    known = _UNIT_FACTORS.get(name.strip())
+    if known is None:
+        return None
+    return known[0], power, known[1] ** power
+
+
 class TooLarge:
     """The value of a quantity whose exponent is above MAX_EXPONENT: equal to nothing."""
 
@@ -212,20 +246,24 @@ def read_quantity(answer: str) -> Quantity | None:
         sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
     if text.startswith("{") and text.endswith("}") and text.count("{") == 1:
         text = text[1:-1].strip()
+    scale = _SCALE.search(text)
+    if scale:
+        text = text[: scale.start()].strip()
     try:
         value = _value(text)
     except ParseError:
         return Quantity(TOO_LARGE, percent, unit)
     if value is None:
         return None
-    return Quantity(sign * value, percent, unit)
+    return Quantity(sign * value * (_SCALE_WORDS[scale.group(1).lower()] if scale else 1), percent, unit)
 
 
 def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
     """Exact equality of two quantities, with two rules a careful human applies:
 
-    - units: when both name a unit, the units must match ("10 cm" != "10 m"); a unit on one side
-      only is ignored ("10 cm" = "10");
+    - units: when both name a unit, the units must match ("10 cm" != "10 m"), or be units of one dimension with a
+      fixed conversion, compared after converting ("1 m" = "100 cm", "2 hours" = "120 minutes"); a unit on one side
+      only is ignored ("10 cm" = "10"), but a number word is a factor, not a unit ("5 thousand" = 5000 != 5);
     - percent: when exactly one side is a percentage x%, the other may be written x or x/100
       ("25\\%" = "25" = "0.25"); two percentages compare as written ("25\\%" != "0.25\\%").
     A TOO_LARGE value equals nothing.
@@ -233,7 +271,10 @@ def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
     if isinstance(prediction.value, TooLarge) or isinstance(gold.value, TooLarge):
         return False
     if prediction.unit and gold.unit and prediction.unit != gold.unit:
-        return False
+        measures = _unit_measure(prediction.unit), _unit_measure(gold.unit)
+        if None in measures or measures[0][:2] != measures[1][:2] or prediction.percent != gold.percent:
+            return False
+        return prediction.value * measures[0][2] == gold.value * measures[1][2]
     if prediction.value == gold.value:
         return True
     if prediction.percent != gold.percent:

@@ -223,6 +223,12 @@ def read_quantity(answer: str) -> Quantity | None:
     """
     raw = str(answer)
     dollar = "\\$" in raw or (raw.count("$") == 1 and _LEADING_DOLLAR.match(raw) is not None)
+    text_unit = ""
+    plain = undouble_backslashes(raw).rstrip().rstrip(".$ ")
+    match = _UNIT_TEXT.search(plain[-_TAIL:])
+    if match and len(match.group(1).strip()) == 1:  # 10\text{ m}: a one-letter unit counts only inside \text{}
+        answer = plain[: len(plain) - len(plain[-_TAIL:]) + match.start()]
+        text_unit = _unit_key(match.group(1) + (match.group(2) or "").replace(" ", ""))
     text = strip_latex_decorations(answer, keep_percent=True)
     text = text.replace("{,}", ",").replace("\\!", "")
     text = text.rstrip()
@@ -231,6 +237,10 @@ def read_quantity(answer: str) -> Quantity | None:
     if percent:
         text = text[: len(text) - len(text[-_TAIL:]) + percent_match.start()]
     text, unit = _strip_unit(text)
+    if text_unit:
+        if unit:
+            return None  # two units ("10 cm \\text{ m}"): not a plain quantity
+        unit = text_unit
     text = text.strip()
     sign = 1
     if text[:1] in ("-", "+", "−"):

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from fspo_lite.scoring.grading.latex_math import MAX_EXPONENT, ParseError, decimal_value, parse_math
+from fspo_lite.scoring.grading.units import SCALE, SCALE_WORDS, unit_measure
 
 MAX_ANSWER_CHARS = 1000
 """Longer predictions or golds are not math answers: they compare as not equal."""
@@ -106,40 +107,6 @@ _FRACTION = re.compile(rf"\\frac\s*\{{\s*({_NUMBER})\s*\}}\s*\{{\s*({_NUMBER})\s
 _MIXED = re.compile(r"(\d+)\s*(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\s(\d+)\s*/\s*(\d+))")
 _ZERO = r"[+-]?(?:0+(?:\.0*)?|\.0+)"
 _DIVISION_BY_ZERO = re.compile(rf"\\frac\s*\{{\s*[^{{}}]*\}}\s*\{{\s*{_ZERO}\s*\}}|/\s*(?:\(\s*{_ZERO}\s*\)|{_ZERO}(?![\d.]))(?!\s*[\w(\\{{])")
-
-
-_SCALE_WORDS = {"dozen": 12, "hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
-_SCALE = re.compile(r"\s+(dozen|hundred|thousand|million|billion|trillion)$", re.IGNORECASE)
-"""Number words that multiply ("1.5 million" = 1500000): a word that changes the quantity, never dropped as a unit."""
-_UNIT_MEASURES = {
-    "length": {1: ("mm millimeter millimetre", Fraction(1, 1000)), 2: ("cm centimeter centimetre", Fraction(1, 100)),
-               3: ("m meter metre", Fraction(1)), 4: ("km kilometer kilometre", Fraction(1000)),
-               5: ("in inch inche", Fraction(254, 10000)), 6: ("ft foot feet", Fraction(3048, 10000)),
-               7: ("yd yard", Fraction(9144, 10000)), 8: ("mi mile", Fraction(1609344, 1000))},
-    "time": {1: ("s sec second", Fraction(1)), 2: ("min minute", Fraction(60)), 3: ("h hr hrs hour", Fraction(3600)),
-             4: ("day", Fraction(86400)), 5: ("week", Fraction(604800))},
-    "mass": {1: ("mg milligram", Fraction(1, 1000)), 2: ("g gm gram", Fraction(1)), 3: ("kg kilogram", Fraction(1000))},
-    "volume": {1: ("ml milliliter millilitre", Fraction(1, 1000)), 2: ("l liter litre", Fraction(1))},
-    "money": {1: ("cent", Fraction(1, 100)), 2: ("dollar", Fraction(1))},
-}
-_UNIT_FACTORS = {name: (dimension, factor) for dimension, table in _UNIT_MEASURES.items()
-                 for names, factor in table.values() for name in names.split()}
-"""Units with a fixed conversion: two quantities in units of one dimension compare after conversion (1 m = 100 cm,
-2 hours = 120 minutes, \\$0.50 = 50 cents). Months, years, pounds (money or weight) and miles per hour have none."""
-_UNIT_POWER = re.compile(r"^(?:(sq\.?|square)\s+|(cubic)\s+)?(.*?)(?:\^\{?([23])\}?)?$")
-
-
-def _unit_measure(unit: str) -> tuple[str, int, Fraction] | None:
-    """(dimension, power, factor to the base unit) of a unit key ("cm^2" -> length, 2, 1/10000), None if unknown."""
-    match = _UNIT_POWER.match(unit)
-    square, cubic, name, exponent = match.groups()
-    power = 3 if cubic else 2 if square else int(exponent) if exponent else 1
-    if (square or cubic) and exponent:
-        return None
-    known = _UNIT_FACTORS.get(name.strip())
-    if known is None:
-        return None
-    return known[0], power, known[1] ** power
 
 
 class TooLarge:
@@ -256,7 +223,7 @@ def read_quantity(answer: str) -> Quantity | None:
         sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
     if text.startswith("{") and text.endswith("}") and text.count("{") == 1:
         text = text[1:-1].strip()
-    scale = _SCALE.search(text)
+    scale = SCALE.search(text)
     if scale:
         text = text[: scale.start()].strip()
     try:
@@ -265,7 +232,7 @@ def read_quantity(answer: str) -> Quantity | None:
         return Quantity(TOO_LARGE, percent, unit)
     if value is None:
         return None
-    return Quantity(sign * value * (_SCALE_WORDS[scale.group(1).lower()] if scale else 1), percent, unit)
+    return Quantity(sign * value * (SCALE_WORDS[scale.group(1).lower()] if scale else 1), percent, unit)
 
 
 def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
@@ -281,7 +248,7 @@ def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
     if isinstance(prediction.value, TooLarge) or isinstance(gold.value, TooLarge):
         return False
     if prediction.unit and gold.unit and prediction.unit != gold.unit:
-        measures = _unit_measure(prediction.unit), _unit_measure(gold.unit)
+        measures = unit_measure(prediction.unit), unit_measure(gold.unit)
         if None in measures or measures[0][:2] != measures[1][:2] or prediction.percent != gold.percent:
             return False
         return prediction.value * measures[0][2] == gold.value * measures[1][2]

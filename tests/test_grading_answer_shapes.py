@@ -160,6 +160,24 @@ def _graded_response(gold: str, text: str) -> tuple[str | None, bool]:
     ("3, 5", r"\boxed{1}. Redo: (a) gives \boxed{3}, and (b) gives \boxed{5}", "5", False),
     ("3, 5", r"\boxed{3}. No: \boxed{4}. Then (b) is \boxed{5}.", "5", False),
     ("5", r"(a) \boxed{3} (b) \boxed{5}", "3, 5", False),                               # a one-part gold
+    # labelled parts far apart, also (i)/(ii), 1)/2) and Part A/Part B: one box per part, graded together
+    ("3, 5", "(a) The area is $\\boxed{3}$.\n\n(b) The perimeter is $\\boxed{5}$.", "3, 5", True),
+    ("3, 5", r"(i) we get \boxed{3} from the first equation. (ii) Then \boxed{5}.", "3, 5", True),
+    ("3, 5", r"Part A: the answer is \boxed{3}. Part B: the answer is \boxed{5}.", "3, 5", True),
+    ("3, 5", r"(1) gives \boxed{3}. Next, (2) gives \boxed{5}.", "3, 5", True),
+    # exactly k boxes, but the text takes one back: the last box counts, never both
+    ("2, 3", r"\boxed{2} is wrong, the answer is \boxed{3}", "3", False),
+    ("2, 3", r"The answer is \boxed{2}, no wait, it is \boxed{3}.", "3", False),
+    ("2, 3", r"So \boxed{2}. Correction: \boxed{3}.", "3", False),
+    ("2, 3", r"So we get \boxed{2}. I made a mistake above; redoing it gives \boxed{3}.", "3", False),
+    ("2, 3", r"\boxed{2}. Hmm, that is incorrect. The answer is \boxed{3}.", "3", False),
+    ("2, 3", r"Part (a): \boxed{2}. Wait, part (a) is wrong. Part (a): \boxed{3}", "3", False),  # three boxes
+    ("2, 3", r"(a) \boxed{2} is wrong. (b) So the answer is \boxed{3}.", "3", False),    # labelled, taken back
+    ("2, 3", r"(a) \boxed{2}. Actually (a) is \boxed{3}.", "3", False),                  # a label twice
+    ("2, 3", r"(b) \boxed{2}. Now the other one: (a) \boxed{3}.", "3", False),          # labels out of order
+    ("2, 3", r"By f(1) = \boxed{2} we find f(2) = \boxed{3}.", "3", False),              # arguments, not labels
+    # the price of that caution: a labelled answer with a word of doubt is graded on its last box alone
+    ("3, 5", r"(a) \boxed{3}. I made an error in the units; (b) \boxed{5}", "5", False),
 ])
 def test_several_boxes(gold, text, answer, correct):
     assert _graded_response(gold, text) == (answer, correct)
@@ -168,9 +186,12 @@ def test_several_boxes(gold, text, answer, correct):
 def test_box_helpers():
     assert gold_parts("3, 5") == 2 and gold_parts("x = 2 or x = -3") == 2 and gold_parts(r"\{1, 2\}") == 1
     assert gold_parts("(1, 2)") == 1 and gold_parts("7") == 1 and gold_parts("1/0, ") == 1
-    assert every_box(r"a \boxed{1} b \boxed{2}", 2) == "1, 2"
-    assert every_box(r"a \boxed{1} b \boxed{2}", 3) is None and every_box(r"\boxed{1}", 1) is None
-    assert every_box(r"a \boxed{1} b \boxed{2", 2) is None  # an unclosed box
+    assert every_box(r"(a) \boxed{1} (b) \boxed{2}", 2) == "1, 2"
+    assert every_box(r"Part (a) is \boxed{1}; part (b) is \boxed{2}", 2) == "1, 2"
+    assert every_box(r"a \boxed{1} b \boxed{2}", 2) is None  # no part labels
+    assert every_box(r"(a) \boxed{1} (c) \boxed{2}", 2) is None  # a label skipped
+    assert every_box(r"(a) \boxed{1} (b) \boxed{2}", 3) is None and every_box(r"(a) \boxed{1}", 1) is None
+    assert every_box(r"(a) \boxed{1} (b) \boxed{2", 2) is None  # an unclosed box
     assert final_answer(r"Part (a): \boxed{3}; Part (b): \boxed{5}", "math") == "3, 5"
 
 

@@ -198,16 +198,39 @@ def gold_parts(gold: str) -> int:
     return len(tree[1]) if tree[0] == "list" else 1
 
 
+_LABEL_INTRO = re.compile(r"\b[Pp]art\s*\(?\s*([a-hA-H]|[1-9]|(?:i{1,3}|iv|v)(?![a-z]))\s*\)?(?![\w])"
+                          r"|(?<![\w\\}\)\]^_])\(\s*([a-h]|[1-9]|i{1,3}|iv|v)\s*\)")
+"""A part label that introduces an answer: "Part (b)", "part 2", "Part B", or "(b)", "(ii)", "(2)" not glued to a
+name before it (the (2) of "f(2)" is an argument, not a label)."""
+_LABEL_SCHEMES = ("abcdefgh", ("i", "ii", "iii", "iv", "v"), "123456789")
+"""Part labels in their order: letters, roman numerals, digits."""
+_CORRECTION = re.compile(r"\b(?:wrong|mistake|incorrect|error|correction|wait|actually|instead|redo|oops|"
+                         r"scratch that|not right|not correct|recheck|re-check)", re.IGNORECASE)
+"""Words by which a response takes an answer back ("is wrong", "no wait", "Correction:", "I made a mistake")."""
+
+
 def every_box(text: str, parts: int) -> str | None:
-    """The contents of a response's boxes in order, as a list, when it holds exactly `parts` (>= 2) closed boxes and
-    nothing else boxed: one box per part of a multi-part gold answer, wherever they stand ("(a) ... \\boxed{3}.
-    (b) ... \\boxed{5}.")."""
+    """The contents of a response's boxes in order, as a list, when they answer the `parts` (>= 2) parts of a
+    multi-part gold answer one by one: exactly `parts` closed boxes and nothing else boxed, each introduced by its
+    own part label in order ("(a) ... \\boxed{3}. (b) ... \\boxed{5}.": labels a, b, ... or i, ii, ... or 1, 2, ...,
+    the last label since the previous box counting), and no word after the first box that takes an answer back
+    ("wrong", "wait", "correction", "mistake", ...). Otherwise None: unlabelled or relabelled boxes are a first
+    attempt and a correction, not one answer per part."""
     if parts < 2 or not isinstance(text, str) or text.count("\\boxed") != parts:
         return None
-    boxes = _boxes(text)
-    if len(boxes) != parts:
+    boxes = list(reversed(_boxes(text)))
+    if len(boxes) != parts or _CORRECTION.search(text, boxes[0][0]):
         return None
-    return ", ".join(text[start:end][text[start:end].index("{") + 1 : -1].strip() for start, end in reversed(boxes))
+    labels, previous_end = [], 0
+    for start, end in boxes:
+        found = list(_LABEL_INTRO.finditer(text, previous_end, start))
+        if not found:
+            return None
+        labels.append((found[-1].group(1) or found[-1].group(2)).lower())
+        previous_end = end
+    if not any(labels == list(scheme[:parts]) for scheme in _LABEL_SCHEMES):
+        return None
+    return ", ".join(text[start:end][text[start:end].index("{") + 1 : -1].strip() for start, end in boxes)
 
 
 def grade_response(example, text: str) -> tuple[str | None, bool, float]:
@@ -215,10 +238,10 @@ def grade_response(example, text: str) -> tuple[str | None, bool, float]:
     The one reading and grading of a response that training rewards and evaluation share.
 
     Several boxes: the final answer is the last box, with the boxes of its own statement joined to it as a list
-    (`final_answer`); a box earlier in the text (a first attempt, a step) does not count. One exception, for a gold
-    answer of k >= 2 parts (a bare list): a response with exactly k boxes, one per part, is graded on all of them
-    together (`every_box`), so every part must match; a response with more boxes than parts is graded on its final
-    answer only."""
+    (`final_answer`); a box earlier in the text (a first attempt, a step, an answer taken back) does not count. One
+    exception, for a gold answer of k >= 2 parts (a bare list): a response with exactly k boxes, each introduced by
+    its own part label in order ((a), (b), ...) and none taken back, is graded on all of them together
+    (`every_box`), so every part must match; any other response is graded on its final answer only."""
     answer = final_answer(text, example.task)
     correct, score = grade_answer(example, answer)
     if not correct and example.task == "math":

@@ -5,7 +5,8 @@
 Prints the worker start-up time, the slowest hostile call (the issue asks for under 2 s each),
 whether anything executed (a sentinel file), the throughput of ordinary answers that need
 the symbolic worker, and the time per response graded on Math-Verify's regression cases
-(tests/math_verify_cases.json, graded by grade_response as evaluation grades) with the agreement.
+(tests/math_verify_cases.json, graded by grade_response as evaluation grades) with the agreement, and per part
+how many checks ran out of the worker's time (a check that runs out counts as "not equal").
 Timings depend on the machine and its load: report them with both.
 """
 
@@ -57,7 +58,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as folder:
         sentinel = Path(folder) / "pwned"
-        timings = []
+        timings, timeouts = [], default_checker().stats["timeouts"]
         for name, answer in hostile_answers(sentinel):
             for prediction, gold in ((answer, "2"), ("2", answer), (answer, answer[::-1])):
                 started = time.perf_counter()
@@ -66,19 +67,21 @@ def main() -> int:
         timings.sort(reverse=True)
         print(f"hostile answers: {len(timings) // 3} answers, {len(timings)} calls; "
               f"slowest {timings[0][0]:.3f} s ({timings[0][1]}), median {timings[len(timings) // 2][0] * 1000:.2f} ms; "
-              f"sentinel created: {sentinel.exists()}")
+              f"sentinel created: {sentinel.exists()}; worker timeouts: {default_checker().stats['timeouts'] - timeouts}")
         for seconds, name in timings[:5]:
             print(f"  {seconds:7.3f} s  {name}")
 
     pairs = benign_pairs(args.benign)
+    timeouts = default_checker().stats["timeouts"]
     started = time.perf_counter()
     wrong = sum(math_answers_equal(p, g) != expected for p, g, expected in pairs)
     elapsed = time.perf_counter() - started
     print(f"ordinary answers: {len(pairs)} symbolic comparisons ({len(set(pairs))} distinct) in {elapsed:.2f} s "
-          f"({len(pairs) / elapsed:.0f}/s, {1000 * elapsed / len(pairs):.2f} ms each); wrong verdicts: {wrong}")
+          f"({len(pairs) / elapsed:.0f}/s, {1000 * elapsed / len(pairs):.2f} ms each); wrong verdicts: {wrong}; "
+          f"worker timeouts: {default_checker().stats['timeouts'] - timeouts}")
     cases = json.loads((ROOT / "tests" / "math_verify_cases.json").read_text(encoding="utf-8"))["cases"][: args.cases]
     if cases:
-        timings, agree = [], 0
+        timings, agree, timeouts = [], 0, default_checker().stats["timeouts"]
         for case in cases:
             started = time.perf_counter()
             _, correct, _ = grade_response(QAExample("mv", "q", [case["gold"]], task="math"), case["prediction"])
@@ -87,7 +90,8 @@ def main() -> int:
         timings.sort()
         print(f"Math-Verify cases: {len(cases)} responses graded in {sum(timings):.2f} s; per response median "
               f"{timings[len(timings) // 2] * 1000:.1f} ms, slowest {timings[-1]:.3f} s; agree with its verdicts "
-              f"{agree}/{len(cases)} (no case excluded here)")
+              f"{agree}/{len(cases)} (no case excluded here; worker timeouts, graded not equal: "
+              f"{default_checker().stats['timeouts'] - timeouts})")
     print(f"worker stats: {default_checker().stats}")
     return 0
 

@@ -193,6 +193,9 @@ EXCLUDED = {
     # a line break inside $...$ or \(...\): Math-Verify's extraction ignores such a span, TeX does not
     ("$9$", "Answer $ \n 9 \n $"), ("$9$", "Answer \\( \n 9 \n \\)"),
 }
+OPTION_DEPENDENT = ("$x \\in [-2,7]$", "$-2 \\\\le x \\\\le 7$", False)
+"""Math-Verify's suite expects "not equal" for this pair only with its option allow_set_relation_comp=False (and
+"equal" with True: the same pair is a case of its own); here an interval equals the inequality it describes."""
 AGREEMENT_FLOOR = 0.95
 """The issue's target: at least 95% of the counted cases agree with Math-Verify's expected verdicts."""
 
@@ -205,8 +208,9 @@ def test_math_verify_regression_cases(capsys, monkeypatch):
 
     document = json.loads(CASES.read_text(encoding="utf-8"))
     assert "MIT License" in document["licence"] and len(document["commit"]) == 40
-    cases = [c for c in document["cases"] if (c["gold"], c["prediction"]) not in EXCLUDED]
-    assert len(document["cases"]) == 192 and len(cases) == 186
+    cases = [c for c in document["cases"] if (c["gold"], c["prediction"]) not in EXCLUDED
+             and (c["gold"], c["prediction"], c["allow_set_relation_comp"]) != OPTION_DEPENDENT]
+    assert len(document["cases"]) == 192 and len(cases) == 185
     checker = default_checker()
     patient = symbolic.SymbolicChecker(timeout=20.0)
     verdicts, slow = [], []

@@ -3,7 +3,8 @@
 - `equivalence`: safe equivalence of math answers (`math_answers_equal`): exact quantities,
   normalised strings, then a symbolic check; nothing in model output is ever evaluated;
 - `latex_tokens` and `latex_math`: the lexer and the fixed grammar that parse math answers into plain syntax
-  trees;
+  trees, with `answer_parts` (parts joined by "or", inequalities read as intervals) and `units` (unit conversions,
+  number words);
 - `symbolic`: the sandboxed worker processes that compare those trees with sympy (and, for answers outside the
   grammar, LaTeX strings with Math-Verify), and `symbolic_worker`, the standalone script they run (started by file
   path, imports no fspo_lite);

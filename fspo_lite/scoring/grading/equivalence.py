@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from fspo_lite.scoring.grading.latex_math import MAX_EXPONENT, ParseError, decimal_value, parse_math
+from fspo_lite.scoring.grading.units import SCALE, SCALE_WORDS, unit_measure
 
 MAX_ANSWER_CHARS = 1000
 """Longer predictions or golds are not math answers: they compare as not equal."""
@@ -189,6 +190,12 @@ def read_quantity(answer: str) -> Quantity | None:
     """
     raw = str(answer)
     dollar = "\\$" in raw or (raw.count("$") == 1 and _LEADING_DOLLAR.match(raw) is not None)
+    text_unit = ""
+    plain = undouble_backslashes(raw).rstrip().rstrip(".$ ")
+    match = _UNIT_TEXT.search(plain[-_TAIL:])
+    if match and len(match.group(1).strip()) == 1:  # 10\text{ m}: a one-letter unit counts only inside \text{}
+        answer = plain[: len(plain) - len(plain[-_TAIL:]) + match.start()]
+        text_unit = _unit_key(match.group(1) + (match.group(2) or "").replace(" ", ""))
     text = strip_latex_decorations(answer, keep_percent=True)
     text = text.replace("{,}", ",").replace("\\!", "")
     text = text.rstrip()
@@ -197,6 +204,10 @@ def read_quantity(answer: str) -> Quantity | None:
     if percent:
         text = text[: len(text) - len(text[-_TAIL:]) + percent_match.start()]
     text, unit = _strip_unit(text)
+    if text_unit:
+        if unit:
+            return None  # two units ("10 cm \\text{ m}"): not a plain quantity
+        unit = text_unit
     text = text.strip()
     sign = 1
     if text[:1] in ("-", "+", "−"):
@@ -212,20 +223,24 @@ def read_quantity(answer: str) -> Quantity | None:
         sign, text = (-1 if text[0] != "+" else 1), text[1:].lstrip()
     if text.startswith("{") and text.endswith("}") and text.count("{") == 1:
         text = text[1:-1].strip()
+    scale = SCALE.search(text)
+    if scale:
+        text = text[: scale.start()].strip()
     try:
         value = _value(text)
     except ParseError:
         return Quantity(TOO_LARGE, percent, unit)
     if value is None:
         return None
-    return Quantity(sign * value, percent, unit)
+    return Quantity(sign * value * (SCALE_WORDS[scale.group(1).lower()] if scale else 1), percent, unit)
 
 
 def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
     """Exact equality of two quantities, with two rules a careful human applies:
 
-    - units: when both name a unit, the units must match ("10 cm" != "10 m"); a unit on one side
-      only is ignored ("10 cm" = "10");
+    - units: when both name a unit, the units must match ("10 cm" != "10 m"), or be units of one dimension with a
+      fixed conversion, compared after converting ("1 m" = "100 cm", "2 hours" = "120 minutes"); a unit on one side
+      only is ignored ("10 cm" = "10"), but a number word is a factor, not a unit ("5 thousand" = 5000 != 5);
     - percent: when exactly one side is a percentage x%, the other may be written x or x/100
       ("25\\%" = "25" = "0.25"); two percentages compare as written ("25\\%" != "0.25\\%").
     A TOO_LARGE value equals nothing.
@@ -233,7 +248,10 @@ def quantities_equal(prediction: Quantity, gold: Quantity) -> bool:
     if isinstance(prediction.value, TooLarge) or isinstance(gold.value, TooLarge):
         return False
     if prediction.unit and gold.unit and prediction.unit != gold.unit:
-        return False
+        measures = unit_measure(prediction.unit), unit_measure(gold.unit)
+        if None in measures or measures[0][:2] != measures[1][:2] or prediction.percent != gold.percent:
+            return False
+        return prediction.value * measures[0][2] == gold.value * measures[1][2]
     if prediction.value == gold.value:
         return True
     if prediction.percent != gold.percent:

@@ -12,7 +12,8 @@ integer followed by a literal \frac of integers that is a proper fraction, a mix
 "1 000", is refused rather than multiplied; numbers may have a decimal exponent, 1.5e-3, bounded by
 MAX_EXPONENT):
 
-    answer   := union (',' union)*                a bare list is a set (order does not matter)
+    answer   := part (sep part)*                   sep: ',' | or | and | \quad; see `answer_parts`
+    part     := letter ('=' | \in) union | union (rel union)*   rel: < > <= >= \le \ge \leq \geq \lt \gt
     union    := expr (\cup expr)*                  a union of intervals/sets (order does not matter)
     expr     := term (('+' | '-') term)*
     term     := factor (('*' | '/' | \cdot | \times | \div)? factor)*
@@ -28,13 +29,15 @@ MAX_EXPONENT):
 Trees: ["num", p, q] (the exact rational p/q), ["sym", name], ["pi"], ["inf"], ["add", a, b],
 ["sub", a, b], ["mul", a, b], ["div", a, b], ["pow", a, b], ["neg", a], ["fact", a],
 ["sqrt", a], ["root", a, n], ["abs", a], ["fn", name, a], ["log", a, base],
-["tuple", open, close, [items]], ["set", [items]], ["union", [items]].
+["tuple", open, close, [items]] (tuples, and intervals, also those read from inequalities), ["set", [items]] (a
+braced set), ["list", [items]] (a bare list: "1, 2", "x = 2 or x = -3"), ["union", [items]].
 """
 
 from __future__ import annotations
 
 import math
 
+from fspo_lite.scoring.grading.answer_parts import QUADS, combine_parts, inequality_interval
 from fspo_lite.scoring.grading.latex_tokens import (FUNCTIONS, GREEK, MAX_EXPONENT, ParseError, decimal_value,
                                                     number_node, tokenize)
 
@@ -49,7 +52,7 @@ MAX_DIGITS = 2000
 """Upper bound on the digits any sub-expression may need (9^9^9^9, 10^{10^{10}}, 1000000! are
 rejected here, before any worker sees them)."""
 _MULTIPLY = {"*": "mul", "/": "div", "cdot": "mul", "times": "mul", "div": "div"}
-_UNORDERED = ("set", "union")
+_UNORDERED = ("set", "list", "union")
 r"""Nodes whose items compare as a multiset: {1, 2} = {2, 1}, (0, 1) \cup (2, 3) = (2, 3) \cup (0, 1)."""
 
 
@@ -89,15 +92,37 @@ class _Parser:
         finally:
             self.depth -= 1
 
-    # answer := union (',' union)*
+    # answer := part (separator part)*
     def answer(self) -> list:
-        items = [self.union()]
-        while self.at("op", ","):
-            self.take()
-            items.append(self.union())
+        parts, joins = [self.part()], set()
+        while self.at("op", ",") or self.at("word") or self.at("macro", *QUADS):
+            joins.add(self.take()[1])
+            parts.append(self.part())
         if self.peek() is not None:
             raise ParseError(f"unexpected {self.peek()[1]!r}")
-        return items[0] if len(items) == 1 else ["set", items]
+        return combine_parts(parts, joins)
+
+    def part(self) -> tuple[str, list, str | None]:
+        """One part of an answer: ("value", tree, variable) for "2", "x = 2"; ("set", tree, variable) for an interval,
+        a set or a union ("x \\in [0, 1)"), or for an inequality read as the interval it describes ("1 \\le x < 2")."""
+        variable = None
+        token, following = self.peek(), self.tokens[self.position + 1] if self.position + 1 < len(self.tokens) else None
+        if token is not None and token[0] == "sym" and following in (("rel", "eq"), ("macro", "in")):
+            variable = token[1]
+            self.position += 2
+            tree = self.union()
+            if following == ("rel", "eq"):
+                return "value", tree, variable
+            if tree[0] not in ("tuple", "set", "union"):
+                raise ParseError("\\in must be followed by a set or an interval")
+            return "set", tree, variable
+        items, relations = [self.union()], []
+        while self.at("rel"):
+            relations.append(self.take()[1])
+            items.append(self.union())
+        if not relations:
+            return "value", items[0], None
+        return ("set", *inequality_interval(items, relations))
 
     # union := expr ('\cup' expr)*
     def union(self) -> list:

@@ -1,7 +1,8 @@
 r"""The lexer of the math-answer parser (`fspo_lite.scoring.grading.latex_math`): tokens, number literals and their
 limits.
 
-`tokenize` turns an answer into (kind, text) tokens (numbers, letters, LaTeX macros, operators; unicode math signs
+`tokenize` turns an answer into (kind, text) tokens (numbers, letters, LaTeX macros, operators, relations, the
+joining words "or" and "and"; unicode math signs
 mapped to their LaTeX or ASCII form, layout macros such as \\left dropped) and refuses inputs over MAX_TOKENS
 tokens or with numbers over MAX_NUMBER_DIGITS digits; `decimal_value` reads a decimal literal (1.5e-3) exactly as a
 Fraction, with its exponent bounded by MAX_EXPONENT. Anything else raises ParseError.
@@ -27,8 +28,14 @@ GREEK = frozenset(
     "sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Upsilon Phi Psi Omega".split()
 )
 _IGNORED_MACROS = frozenset({"left", "right", "displaystyle", "big", "Big", "bigg", "Bigg", "mathrm", "mathit"})
-_UNICODE = {"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt "}
+_UNICODE = {"−": "-", "–": "-", "×": "*", "·": "*", "÷": "/", "π": "\\pi ", "∞": "\\infty ", "√": "\\sqrt ",
+            "≤": "\\le ", "≥": "\\ge ", "∈": "\\in "}
 _OPERATORS = set("+-*/^!()[]{},|_")
+RELATIONS = {"<": "lt", ">": "gt", "<=": "le", ">=": "ge", "=": "eq", "lt": "lt", "gt": "gt", "le": "le", "leq": "le",
+             "leqslant": "le", "ge": "ge", "geq": "ge", "geqslant": "ge"}
+"""Relation signs and macros, as ('rel', name) tokens: <, \\lt -> lt; <=, \\le, \\leq, \\leqslant -> le; ..."""
+_WORDS = re.compile(r"(?<![A-Za-z\\])(or|and)(?![A-Za-z])")
+"""The words that join the parts of an answer ("x = 2 or x = -3"), as ('word', ...) tokens."""
 
 
 class ParseError(ValueError):
@@ -62,8 +69,17 @@ def tokenize(text: str) -> list[tuple[str, str]]:
             tokens.append(("num", text[index:end]))
             index = end
         elif char.isascii() and char.isalpha():
-            tokens.append(("sym", char))
-            index += 1
+            word = _WORDS.match(text, index) if index == 0 or not text[index - 1].isalpha() else None
+            if word:
+                tokens.append(("word", word.group(1)))
+                index = word.end()
+            else:
+                tokens.append(("sym", char))
+                index += 1
+        elif char in "<>=":
+            name = char + "=" if char in "<>" and text[index + 1 : index + 2] == "=" else char
+            tokens.append(("rel", RELATIONS[name]))
+            index += len(name)
         elif char == "\\" and text[index + 1 : index + 2] in ("{", "}"):
             tokens.append(("op", text[index : index + 2]))  # \{ \}: set braces
             index += 2
@@ -74,7 +90,9 @@ def tokenize(text: str) -> list[tuple[str, str]]:
             name = text[index + 1 : end]
             if not name:
                 raise ParseError(f"unsupported escape {text[index : index + 2]!r}")
-            if name not in _IGNORED_MACROS:
+            if name in RELATIONS:
+                tokens.append(("rel", RELATIONS[name]))
+            elif name not in _IGNORED_MACROS:
                 tokens.append(("macro", name))
             index = end
         elif char in _OPERATORS:

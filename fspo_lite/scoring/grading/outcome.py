@@ -101,7 +101,11 @@ def final_answer(text: str, task: str) -> str | None:
 _FINAL_ANSWER = re.compile(r"final answer(?:\s*is)?\s*:?", re.IGNORECASE)
 _IS = re.compile(r"\b(?:is|are|equals)\b")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\n|I hope")
-_BOX_SEPARATOR = re.compile(r"(?:\s|[,;.$]|\\\[|\\\]|\\q?quad|\\text\s*\{\s*(?:and|or)\s*\}|\band\b|\bor\b)*")
+_PART_LABEL = r"(?:\\text\s*\{\s*)?(?:[Pp]art\s*)?\(?(?:[a-h]|[1-9]|i{1,3}|iv|v)\)\s*:?(?:\s*\})?"
+_BOX_SEPARATOR = re.compile(r"(?:\s|[,;.:$]|\\\[|\\\]|\\q?quad|\\text\s*\{\s*(?:and|or)\s*\}|\band\b|\bor\b|"
+                            + _PART_LABEL + r")*")
+"""What may stand between the boxes of one statement: spacing, punctuation, "and"/"or", \\quad, math delimiters and
+part labels ("(a) \\boxed{3} (b) \\boxed{5}")."""
 MAX_BOXES = 10
 
 
@@ -185,11 +189,68 @@ def _is_bare_answer(text: str) -> bool:
     return True
 
 
+def gold_parts(gold: str) -> int:
+    """How many parts a gold answer has: the items of a bare list ("3, 5" -> 2, "x = 2 or x = -3" -> 2), else 1."""
+    try:
+        tree = parse_math(strip_latex_decorations(str(gold)))
+    except (ParseError, ValueError, ZeroDivisionError):
+        return 1
+    return len(tree[1]) if tree[0] == "list" else 1
+
+
+_LABEL_INTRO = re.compile(r"\b[Pp]art\s*\(?\s*([a-hA-H]|[1-9]|(?:i{1,3}|iv|v)(?![a-z]))\s*\)?(?![\w])"
+                          r"|(?<![\w\\}\)\]^_])\(\s*([a-h]|[1-9]|i{1,3}|iv|v)\s*\)")
+"""A part label that introduces an answer: "Part (b)", "part 2", "Part B", or "(b)", "(ii)", "(2)" not glued to a
+name before it (the (2) of "f(2)" is an argument, not a label)."""
+_LABEL_SCHEMES = ("abcdefgh", ("i", "ii", "iii", "iv", "v"), "123456789")
+"""Part labels in their order: letters, roman numerals, digits."""
+_CORRECTION = re.compile(r"\b(?:wrong|mistake|incorrect|error|correction|wait|actually|instead|redo|oops|"
+                         r"scratch that|not right|not correct|recheck|re-check)", re.IGNORECASE)
+"""Words by which a response takes an answer back ("is wrong", "no wait", "Correction:", "I made a mistake")."""
+
+
+def every_box(text: str, parts: int) -> str | None:
+    """The contents of a response's boxes in order, as a list, when they answer the `parts` (>= 2) parts of a
+    multi-part gold answer one by one: exactly `parts` closed boxes and nothing else boxed, each introduced by its
+    own part label in order ("(a) ... \\boxed{3}. (b) ... \\boxed{5}.": labels a, b, ... or i, ii, ... or 1, 2, ...,
+    the last label since the previous box counting), and no word after the first box that takes an answer back
+    ("wrong", "wait", "correction", "mistake", ...). Otherwise None: unlabelled or relabelled boxes are a first
+    attempt and a correction, not one answer per part."""
+    if parts < 2 or not isinstance(text, str) or text.count("\\boxed") != parts:
+        return None
+    boxes = list(reversed(_boxes(text)))
+    if len(boxes) != parts or _CORRECTION.search(text, boxes[0][0]):
+        return None
+    labels, previous_end = [], 0
+    for start, end in boxes:
+        found = list(_LABEL_INTRO.finditer(text, previous_end, start))
+        if not found:
+            return None
+        labels.append((found[-1].group(1) or found[-1].group(2)).lower())
+        previous_end = end
+    if not any(labels == list(scheme[:parts]) for scheme in _LABEL_SCHEMES):
+        return None
+    return ", ".join(text[start:end][text[start:end].index("{") + 1 : -1].strip() for start, end in boxes)
+
+
 def grade_response(example, text: str) -> tuple[str | None, bool, float]:
     """(final answer, correct, score in [0, 1]) of a whole response: `final_answer`, then `grade_answer`.
-    The one reading and grading of a response that training rewards and evaluation share."""
+    The one reading and grading of a response that training rewards and evaluation share.
+
+    Several boxes: the final answer is the last box, with the boxes of its own statement joined to it as a list
+    (`final_answer`); a box earlier in the text (a first attempt, a step, an answer taken back) does not count. One
+    exception, for a gold answer of k >= 2 parts (a bare list): a response with exactly k boxes, each introduced by
+    its own part label in order ((a), (b), ...) and none taken back, is graded on all of them together
+    (`every_box`), so every part must match; any other response is graded on its final answer only."""
     answer = final_answer(text, example.task)
     correct, score = grade_answer(example, answer)
+    if not correct and example.task == "math":
+        for parts in sorted({gold_parts(gold) for gold in example.answers if len(str(gold)) <= MAX_ANSWER_CHARS}):
+            boxed = every_box(text, parts)
+            if boxed is not None and boxed != answer:
+                all_correct, all_score = grade_answer(example, boxed)
+                if all_correct:
+                    return boxed, all_correct, all_score
     return answer, correct, score
 
 

@@ -176,14 +176,43 @@ def _items_match(a_items, b_items, sympy):
     return True
 
 
+def _covers(a_items, b_items, sympy):
+    """Every item of a equals some item of b."""
+    return all(any(trees_equal(x, y, sympy) for y in b_items) for x in a_items)
+
+
+def _items(tree):
+    if len(tree) != 2 or not isinstance(tree[1], list):
+        raise Rejected("malformed collection")
+    return tree[1]
+
+
 def trees_equal(a, b, sympy):
-    """Tuples and intervals: same brackets, same length, equal items in order; sets and unions:
-    equal items in any order; otherwise expressions."""
-    for kind in ("set", "union"):
+    """The collection rules, then expressions:
+
+    - braced sets: equal as sets (order and repeats do not matter); a set and a bare list alike;
+    - bare lists ("1, 2", "x = 2 or x = -3"): equal as multisets; a bare list equals a tuple in round brackets with
+      the same items in the same order ("1, 2" = "(1, 2)", "2, 1" != "(1, 2)");
+    - tuples and intervals: same brackets, same length, equal items in order; never equal to a braced set;
+    - unions: equal items in any order.
+    """
+    kinds = {a[0], b[0]}
+    if kinds & {"set", "list"} and kinds <= {"set", "list"}:
+        a_items, b_items = _items(a), _items(b)
+        if a[0] == b[0] == "list":
+            return _items_match(a_items, b_items, sympy)
+        return _covers(a_items, b_items, sympy) and _covers(b_items, a_items, sympy)
+    if kinds == {"list", "tuple"}:
+        listed, ordered = (a, b) if a[0] == "list" else (b, a)
+        if len(ordered) != 4 or ordered[1:3] != ["(", ")"]:
+            return False
+        return len(_items(listed)) == len(ordered[3]) and all(
+            trees_equal(x, y, sympy) for x, y in zip(_items(listed), ordered[3]))
+    for kind in ("set", "list", "union"):
         if a[0] == kind or b[0] == kind:
-            if a[0] != b[0] or len(a) != 2 or len(b) != 2 or not isinstance(a[1], list) or not isinstance(b[1], list):
+            if a[0] != b[0]:
                 return False
-            return _items_match(a[1], b[1], sympy)
+            return _items_match(_items(a), _items(b), sympy)
     a_tuple, b_tuple = a[0] == "tuple", b[0] == "tuple"
     if a_tuple or b_tuple:
         if not (a_tuple and b_tuple) or len(a) != 4 or len(b) != 4 or a[1:3] != b[1:3] or len(a[3]) != len(b[3]):

@@ -200,7 +200,8 @@ def cmd_lite(args) -> int:
     profile = override_parameters(load_profile(args.profile), notebook_sets)
     profile = with_training_overrides(profile, parse_overrides(config_sets))
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
-    with command_lock(job_folders(profile, args.out), "choose another --out", _command_line()):
+    folders = job_folders(profile, args.out)  # the results folder first: written file by file, its lock is shallow
+    with command_lock(folders, "choose another --out", _command_line(), shallow=folders[:1]):
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
     print(*closing_lines(profile, (ROOT / (args.out or profile.out)).resolve(), summary), sep="\n")
     return 0

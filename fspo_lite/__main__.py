@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from fspo_lite.drivers.job_control import Terminated, whole_job
 from fspo_lite.run_lock import command_lock
 
 
@@ -29,7 +30,7 @@ def cmd_train(args) -> int:
 
     config = load_config(args.config, args.overrides)
     with command_lock([config.train.output_dir], "choose another train.output_dir", _command_line(), every_rank=False):
-        with Trainer(config) as trainer:  # the engine's processes end with the run
+        with whole_job(), Trainer(config) as trainer:  # a signal ends what it started before the lock goes  # the engine's processes end with the run
             report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
             report(describe(trainer))
             history = trainer.train()
@@ -201,7 +202,7 @@ def cmd_lite(args) -> int:
     profile = with_training_overrides(profile, parse_overrides(config_sets))
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
     folders = job_folders(profile, args.out)  # the results folder first: written file by file, its lock is shallow
-    with command_lock(folders, "choose another --out", _command_line(), shallow=folders[:1]):
+    with command_lock(folders, "choose another --out", _command_line(), shallow=folders[:1]), whole_job():
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
     print(*closing_lines(profile, (ROOT / (args.out or profile.out)).resolve(), summary), sep="\n")
     return 0
@@ -359,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at the interpreter's exit
         return code
+    except Terminated as stop:
+        print(f"fspo_lite: stopped by {stop}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("fspo_lite: interrupted", file=sys.stderr)
         return 130

@@ -28,6 +28,7 @@ from fspo_lite.config_checks import ConfigError
 from fspo_lite.config_load import parse_yaml_file, split_override
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.cli_help import MissingFileError
+from fspo_lite.drivers.job_control import register_group
 from fspo_lite.drivers.notebook_params import check_notebook_parameters, notebook_failure
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import check_run_folders, invocation_counts
@@ -290,7 +291,8 @@ def quiet_kernel_manager() -> type:
     a private temporary folder instead of TCP on localhost, unencrypted, which the kernel warned about at every
     start ("Kernel is running over TCP without encryption"); and a kernel being shut down after its last cell is
     not sent SIGINT first (jupyter_client does; the idle kernel logged "KeyboardInterrupt caught in kernel"). A
-    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL."""
+    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL. Each kernel's process
+    group is registered with `job_control.register_group`, so an interrupted job ends the kernel and its workers."""
     import atexit
     import shutil
     import tempfile
@@ -306,6 +308,10 @@ def quiet_kernel_manager() -> type:
                     atexit.register(shutil.rmtree, _KERNEL_SOCKETS[0], True)
                 self.transport = "ipc"
                 self.ip = os.path.join(_KERNEL_SOCKETS[0], "kernel")
+
+        async def _async_launch_kernel(self, kernel_cmd, **kw) -> None:
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            register_group(getattr(self.provisioner, "pgid", None))  # its session: the kernel and its workers
 
         async def _async_interrupt_kernel(self) -> None:
             if getattr(self, "shutting_down", False):

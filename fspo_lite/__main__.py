@@ -45,7 +45,9 @@ def cmd_train(args) -> int:
 def _command_line() -> str:
     """The command as typed, recorded next to the results it produced."""
     import shlex
-    return "python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:])
+
+    from fspo_lite.config_load import redacted
+    return redacted("python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:]))
 
 
 def _portable_argument(argument: str) -> str:
@@ -191,7 +193,7 @@ def cmd_data_prepare(args) -> int:
 
 def cmd_lite(args) -> int:
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (ROOT, check_profile, closing_lines, job_folders, load_profile,
+    from fspo_lite.drivers.experiment import (check_profile, closing_lines, job_folders, load_profile, output_root,
                                               override_parameters, run_profile, with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
@@ -204,7 +206,7 @@ def cmd_lite(args) -> int:
     folders = job_folders(profile, args.out)  # the results folder first: written file by file, its lock is shallow
     with command_lock(folders, "choose another --out", _command_line(), shallow=folders[:1]), whole_job():
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
-    print(*closing_lines(profile, (ROOT / (args.out or profile.out)).resolve(), summary), sep="\n")
+    print(*closing_lines(profile, output_root(profile, args.out), summary), sep="\n")
     return 0
 
 
@@ -370,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except Exception as error:  # one line per error; --debug shows the traceback
-        print(error_line(error), file=sys.stderr)
+        from fspo_lite.config_load import redacted
+        print(redacted(error_line(error)), file=sys.stderr)  # a server's address may carry a password
         return 1
 
 

@@ -89,6 +89,8 @@ def output_folder_problem(folder: Path) -> str | None:
     """Why a command could not write into the absolute `folder`, or None: a name longer than the file system's
     limit (PC_NAME_MAX), a path that with FILE_ROOM bytes more passes PC_PATH_MAX, a file where a folder belongs, or
     the nearest existing folder refusing a test file (no permission, a read-only file system)."""
+    if folder == Path(folder.anchor) or folder == Path.home().resolve():
+        return "it is the file system's root or the home folder itself, which hold others' files; name a folder of its own"
     existing = _existing_ancestor(folder)
     name_max, path_max = _limit(existing, "PC_NAME_MAX", NAME_MAX), _limit(existing, "PC_PATH_MAX", PATH_MAX)
     long = [part for part in folder.parts if len(os.fsencode(part)) > name_max]
@@ -122,9 +124,11 @@ def check_output_folder(folder: Path, change: str = "choose another output folde
 def holder_record(command: str | None = None, tree: bool = True) -> dict:
     """Who holds a lock: pid, host, command line (cut to 300 characters), start time and whether the lock covers
     the folder's tree."""
+    from fspo_lite.config_load import redacted
+
     if command is None:
         command = shlex.join(sys.argv) if sys.argv else "python"
-    return {"pid": os.getpid(), "host": socket.gethostname(), "command": command[:300],
+    return {"pid": os.getpid(), "host": socket.gethostname(), "command": redacted(command)[:300],
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tree": tree}
 
 
@@ -311,6 +315,8 @@ def run_lock(folder: str | Path, change: str = "choose another output folder",
     change (e.g. "choose another train.output_dir"). OutputFolderError, one line, for a folder that cannot be written
     (`check_output_folder`). The lock covers the folder's tree unless tree=False (`nested_holder`). Re-entrant for
     this process and its children."""
+    if not str(folder).strip():
+        raise OutputFolderError(f"the output folder is empty (an unset variable?); {change}")
     folder = Path(folder).expanduser().resolve()
     if str(folder) in held_folders():
         yield folder

@@ -247,7 +247,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     import papermill
 
     check_profile(profile)  # a misspelled parameter, method or config key: one line, before any notebook runs
-    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    out = output_root(profile, out)
     check_training_folders(profile, out)  # a run folder holding someone's files: refused before any notebook runs
     results_dir = results_folder(profile, out)
     executed_dir = results_dir / "notebooks"
@@ -360,11 +360,21 @@ def next_steps(profile: Profile, out: Path) -> list[str]:
     return lines + ["play with the flip: notebooks/05_reward_playground.ipynb (`.venv/bin/jupyter lab notebooks/`)"]
 
 
+def output_root(profile: Profile, out: str | Path | None = None) -> Path:
+    """The absolute output root: `out` (relative to the repository, `~` expanded), else the profile's. An empty
+    `out` (an unset variable) is refused rather than read as the repository root, whose results/ holds the
+    committed results."""
+    if out is not None and not str(out).strip():
+        raise ConfigError("--out is empty (an unset variable?); name the output root, e.g. --out runs/my_job, or "
+                          "leave --out out for the profile's own")
+    return (ROOT / Path(out if out is not None else profile.out).expanduser()).resolve()
+
+
 def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
     """The folders a profile's job owns while it runs (`fspo_lite.run_lock`): its results folder and the training
     notebook's runs folder. Profiles that share an output root but not these folders (lite and study) can run side
     by side; two jobs into the same ones cannot."""
-    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    out = output_root(profile, out)
     runs = [resolve_parameters(p, out)["runs_dir"] for n, p in profile.notebooks
             if n == TRAINING_NOTEBOOK and "runs_dir" in p]
     return [results_folder(profile, out), *((ROOT / r).resolve() for r in runs)]

@@ -97,7 +97,8 @@ def test_sigterm_to_lite_with_two_workers_ends_them_and_a_rerun_resumes(tmp_path
         job.send_signal(signal.SIGTERM)
         watch_until_exit(job, family, tmp_path / "runs" / LOCK_NAME, timeout=180)
         assert job.returncode == 128 + signal.SIGTERM
-        assert job.stderr.read().strip().splitlines()[-1] == "fspo_lite: stopped by SIGTERM"
+        # the dying kernel may add its own last words (the pool's workers gone) on the shared stderr
+        assert "fspo_lite: stopped by SIGTERM" in job.stderr.read().strip().splitlines()
     finally:
         job.kill()
         job.wait(timeout=60)

@@ -45,12 +45,13 @@ from fspo_lite.config import Config, load_config  # noqa: E402
 from fspo_lite.jsonl import read_jsonl  # noqa: E402
 
 import hostile_outside  # noqa: E402  (bench/: notebook parameters, result files, adapters, output folders)
+import hostile_round4  # noqa: E402  (bench/: folders, keys, links, secrets, judge deadlines, nested locks)
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ResultFileError", "OutputFolderError")
 HOSTILE_NUMBERS = [".nan", ".inf", "-.inf", "1e20", "-1"]
 ALWAYS_SHOWN = ("alias bomb (child process)", "03.methods=<384-byte alias bomb> (child process)", "50 MB question", "1 MB question", "drip headers", "huge streamed")
 """Cases whose line is printed whatever their verdict (their time and size are figures docs/reliability.md quotes)."""
-KINDS = ("refused", "valid", "late", "silent", "raw", "lost")
+KINDS = ("refused", "valid", "late", "silent", "raw", "lost", "leak", "hang")
 WORD_KEYS = ["model.dtype", "model.backend", "rollout.engine", "reward.answer_metric", "reward.claim_extractor",
              "reward.method", "caution.variant", "rlfh.granularity", "verifier.name", "verifier.device",
              "train.loss_aggregation", "evaluation.judge"]
@@ -428,6 +429,8 @@ def main(argv: list[str] | None = None, out=sys.stdout) -> dict[str, dict[str, i
             groups["checkpoints and reruns"] = lambda: checkpoint_cases(folder)
         probe = types.SimpleNamespace(ModelLoaded=ModelLoaded, verdict=verdict, cli_verdict=cli_verdict)
         groups.update(hostile_outside.groups(folder, args.quick, probe))
+        if not args.quick:
+            groups["round four"] = lambda: hostile_round4.cases(folder, probe)
         groups = {name: cases for name, cases in groups.items() if args.group.lower() in name.lower()}
         for group, cases in groups.items():
             started = time.perf_counter()

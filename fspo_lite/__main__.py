@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from fspo_lite.drivers.job_control import Terminated, whole_job
 from fspo_lite.run_lock import command_lock
 
 
@@ -30,7 +31,7 @@ def cmd_train(args) -> int:
 
     config = load_config(args.config, args.overrides)
     with command_lock([config.train.output_dir], "choose another train.output_dir", _command_line(), every_rank=False):
-        with Trainer(config) as trainer:  # the engine's processes end with the run
+        with whole_job(), Trainer(config) as trainer:  # a signal ends what it started before the lock goes  # the engine's processes end with the run
             report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
             report(describe(trainer))
             history = trainer.train()
@@ -45,7 +46,9 @@ def cmd_train(args) -> int:
 def _command_line() -> str:
     """The command as typed, recorded next to the results it produced."""
     import shlex
-    return "python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:])
+
+    from fspo_lite.config_load import redacted
+    return redacted("python -m fspo_lite " + " ".join(shlex.quote(_portable_argument(a)) for a in sys.argv[1:]))
 
 
 def _portable_argument(argument: str) -> str:
@@ -204,7 +207,7 @@ def cmd_data_prepare(args) -> int:
 
 def cmd_lite(args) -> int:
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (ROOT, check_profile, closing_lines, job_folders, load_profile,
+    from fspo_lite.drivers.experiment import (check_profile, closing_lines, job_folders, load_profile, output_root,
                                               override_parameters, run_profile, with_training_overrides)
 
     # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
@@ -214,9 +217,10 @@ def cmd_lite(args) -> int:
     profile = override_parameters(load_profile(args.profile), notebook_sets)
     profile = with_training_overrides(profile, parse_overrides(config_sets))
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
-    with command_lock(job_folders(profile, args.out), "choose another --out", _command_line()):
+    folders = job_folders(profile, args.out)  # the results folder first: written file by file, its lock is shallow
+    with command_lock(folders, "choose another --out", _command_line(), shallow=folders[:1]), whole_job():
         summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
-    print(*closing_lines(profile, (ROOT / (args.out or profile.out)).resolve(), summary), sep="\n")
+    print(*closing_lines(profile, output_root(profile, args.out), summary), sep="\n")
     return 0
 
 
@@ -374,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handlers, not at the interpreter's exit
         return code
+    except Terminated as stop:
+        print(f"fspo_lite: stopped by {stop}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("fspo_lite: interrupted", file=sys.stderr)
         return 130
@@ -381,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except Exception as error:  # one line per error; --debug shows the traceback
-        print(error_line(error), file=sys.stderr)
+        from fspo_lite.config_load import redacted
+        print(redacted(error_line(error)), file=sys.stderr)  # a server's address may carry a password
         return 1
 
 

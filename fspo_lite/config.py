@@ -288,7 +288,12 @@ class Config:
         return dataclasses.asdict(self)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        """The config as YAML, credentials in URLs redacted (`redacted`), written atomically: a link at `path` is
+        replaced, never written through."""
+        from fspo_lite.atomic import atomic_write_text
+        from fspo_lite.config_load import redacted
+
+        atomic_write_text(path, yaml.safe_dump(redacted(self.to_dict()), sort_keys=False))
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Config:

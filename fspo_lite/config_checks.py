@@ -279,8 +279,31 @@ def validate_config(config: Any) -> None:
     detail = config.detail
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")
+    output_folders(config)
     for check in NAME_CHECKS:
         check(config)
+
+
+OUTPUT_KEYS = (("train", "output_dir"), ("evaluation", "output_dir"))
+
+
+def output_folders(config: Any) -> None:
+    """The output folders, once for every reader: a leading `~` expanded here (so the lock, the trainer and the
+    evaluation all write where the lock holds), and an empty value (an unset variable), the file system's root or
+    the home folder itself refused: each would mix a run's files into (and clear them from) a folder holding others."""
+    import os
+
+    for section, key in OUTPUT_KEYS:
+        part = getattr(config, section)
+        value = getattr(part, key)
+        if not isinstance(value, str):
+            continue
+        folder = os.path.expanduser(value.strip()) if value.strip() else ""
+        full = os.path.realpath(folder) if folder else ""
+        _check(bool(folder) and full != os.path.realpath(os.path.expanduser("~"))
+               and full != os.path.abspath(os.sep), f"{section}.{key}", value,
+               "a folder of its own, e.g. runs/my_run (not empty, not / or the home folder)")
+        setattr(part, key, folder)
 
 
 def check_training_settings(config: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -273,3 +274,23 @@ def parsed_overrides(schema: type, texts: list[str]) -> dict[str, Any]:
     parsed = dict(split_override(text) for text in texts)
     apply_overrides(schema(), parsed)  # raises ConfigError naming an unknown key or a bad value
     return parsed
+
+
+_URL_USER = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
+_URL_SECRET = re.compile(r"([?&;](?:api[_-]?key|key|token|access[_-]?token|password|passwd|secret|signature|sig)=)"
+                         r"[^&;#\s'\"]+", re.IGNORECASE)
+REDACTED = "***"
+
+
+def redacted(value: Any) -> Any:
+    """`value` (a string, or lists and dicts of them) with the credentials of every URL in it replaced by ***: the
+    user and password before `@` and the values of secret-looking query keys (api_key, token, password, ...). Used
+    wherever a URL is written or printed: config.yaml, the console's error line, recorded commands, summaries."""
+    if isinstance(value, str):
+        return _URL_SECRET.sub(rf"\1{REDACTED}", _URL_USER.sub(rf"\1{REDACTED}@", value))
+    if isinstance(value, dict):
+        return {key: redacted(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redacted(item) for item in value)
+    return value
+

@@ -8,6 +8,11 @@ found in a file whose lock is free was left by a holder that died; the new proce
 over. The file is removed (under the lock) when the holder finishes, and a folder the lock itself had to create is
 removed again if nothing was written into it.
 
+A lock covers the folder's tree: a folder inside a locked one, or one that holds a locked one, is refused in one line
+naming the holder (`nested_holder`), checked after this process's own lock is taken so that of two processes
+racing for nested folders at least one sees the other. A lock taken with tree=False (a results folder written file
+by file and never cleared, which other jobs' results folders may lie inside) covers only the folder itself.
+
 Nested calls in the same process tree pass: the folders a process holds are listed in $FSPO_LITE_RUN_LOCKS, which
 children (notebook kernels, worker processes) inherit, so a notebook of `lite` that calls an entry point for a
 folder its parent holds does not wait on it. On platforms without `fcntl` the lock file is created exclusively
@@ -84,6 +89,8 @@ def output_folder_problem(folder: Path) -> str | None:
     """Why a command could not write into the absolute `folder`, or None: a name longer than the file system's
     limit (PC_NAME_MAX), a path that with FILE_ROOM bytes more passes PC_PATH_MAX, a file where a folder belongs, or
     the nearest existing folder refusing a test file (no permission, a read-only file system)."""
+    if folder == Path(folder.anchor) or folder == Path.home().resolve():
+        return "it is the file system's root or the home folder itself, which hold others' files; name a folder of its own"
     existing = _existing_ancestor(folder)
     name_max, path_max = _limit(existing, "PC_NAME_MAX", NAME_MAX), _limit(existing, "PC_PATH_MAX", PATH_MAX)
     long = [part for part in folder.parts if len(os.fsencode(part)) > name_max]
@@ -114,12 +121,15 @@ def check_output_folder(folder: Path, change: str = "choose another output folde
         raise OutputFolderError(f"output folder {_shown(folder)} cannot be written: {problem}; {change}")
 
 
-def holder_record(command: str | None = None) -> dict:
-    """Who holds a lock: pid, host, command line (cut to 300 characters) and start time."""
+def holder_record(command: str | None = None, tree: bool = True) -> dict:
+    """Who holds a lock: pid, host, command line (cut to 300 characters), start time and whether the lock covers
+    the folder's tree."""
+    from fspo_lite.config_load import redacted
+
     if command is None:
         command = shlex.join(sys.argv) if sys.argv else "python"
-    return {"pid": os.getpid(), "host": socket.gethostname(), "command": command[:300],
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+    return {"pid": os.getpid(), "host": socket.gethostname(), "command": redacted(command)[:300],
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "tree": tree}
 
 
 def describe_holder(record: dict | None) -> str:
@@ -164,6 +174,70 @@ def busy_message(folder: Path, record: dict | None, change: str = "") -> str:
 
 def takeover_message(folder: Path, record: dict) -> str:
     return f"[fspo_lite] {folder}: taking over the lock left by {describe_holder(record)}, which is no longer running"
+
+
+def lock_holder(path: Path) -> dict | None:
+    """The record of the live process holding the lock file `path` ({} when it holds it without a readable record),
+    or None when the file is missing or its lock free (a record left by a dead holder)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 1 << 16).decode("utf-8", "replace")
+        if fcntl is None:
+            record = read_record(text)
+            held = bool(record) and (record.get("host") != socket.gethostname() or pid_alive(record.get("pid")))
+            return record if held else None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return read_record(text) or {}
+        except OSError:
+            return None
+        return None
+    finally:
+        os.close(fd)
+
+
+NESTED_SCAN_LIMIT = 100_000
+"""Entries looked at below a folder for locks inside it; a larger tree is not scanned further (docs/reliability.md,
+"Known limits")."""
+
+
+def nested_holder(folder: Path, tree: bool = True) -> tuple[Path, str, dict] | None:
+    """(locked folder, 'inside' or 'holding', its holder's record) for a lock held by another process on a folder
+    that holds `folder` (a lock with tree=False covers only its own folder) or, when this lock covers its tree
+    (`tree`), on a folder inside `folder`; None when there is none. Folders this process tree holds
+    ($FSPO_LITE_RUN_LOCKS) are passed over."""
+    held = set(held_folders())
+    for parent in folder.parents:
+        if str(parent) in held:
+            continue
+        record = lock_holder(parent / LOCK_NAME)
+        if record is not None and record.get("tree", True) is not False:
+            return parent, "inside", record
+    if not tree:
+        return None
+    seen = 0
+    for top, folders, files in os.walk(folder):  # links are not followed
+        seen += len(folders) + len(files)
+        if top != str(folder) and LOCK_NAME in files and top not in held:
+            record = lock_holder(Path(top) / LOCK_NAME)
+            if record is not None:
+                return Path(top), "holding", record
+        if seen > NESTED_SCAN_LIMIT:
+            break
+    return None
+
+
+def nested_message(folder: Path, found: tuple[Path, str, dict], change: str = "") -> str:
+    """The refusal for a folder inside, or holding, a folder another process holds: one line naming both and the
+    holder."""
+    other, relation, record = found
+    where = (f"{folder} lies inside {other}" if relation == "inside" else f"{folder} holds {other}")
+    return (f"{where}, which is in use by another fspo-lite process: {describe_holder(record)}; wait for it to end"
+            + (f", or {change}" if change else ""))
 
 
 def _first_missing(folder: Path) -> Path | None:
@@ -235,11 +309,14 @@ def _acquire_exclusive(path: Path, record: dict, folder: Path, change: str) -> i
 
 @contextlib.contextmanager
 def run_lock(folder: str | Path, change: str = "choose another output folder",
-             command: str | None = None) -> Iterator[Path]:
+             command: str | None = None, tree: bool = True) -> Iterator[Path]:
     """Hold `folder` for this process (created if missing); yields the resolved folder. RunLockError, one line
     naming the folder and the holder, when another live process holds it; `change` completes that line with what to
     change (e.g. "choose another train.output_dir"). OutputFolderError, one line, for a folder that cannot be written
-    (`check_output_folder`). Re-entrant for this process and its children."""
+    (`check_output_folder`). The lock covers the folder's tree unless tree=False (`nested_holder`). Re-entrant for
+    this process and its children."""
+    if not str(folder).strip():
+        raise OutputFolderError(f"the output folder is empty (an unset variable?); {change}")
     folder = Path(folder).expanduser().resolve()
     if str(folder) in held_folders():
         yield folder
@@ -250,10 +327,19 @@ def run_lock(folder: str | Path, change: str = "choose another output folder",
     path = folder / LOCK_NAME
     acquire = _acquire_flock if fcntl is not None else _acquire_exclusive
     try:
-        fd = acquire(path, holder_record(command), folder, change)
+        fd = acquire(path, holder_record(command, tree), folder, change)
     except BaseException:
         _remove_if_empty(folder, created)
         raise
+    try:  # after our own lock is taken: of two processes racing for nested folders, the later check sees the other
+        found = nested_holder(folder, tree)
+    except BaseException:
+        found = None
+        _release(path, fd, folder, created)
+        raise
+    if found is not None:
+        _release(path, fd, folder, created)
+        raise RunLockError(nested_message(folder, found, change))
     before = os.environ.get(HELD_ENV)
     os.environ[HELD_ENV] = os.pathsep.join([*held_folders(), str(folder)])
     try:
@@ -263,24 +349,32 @@ def run_lock(folder: str | Path, change: str = "choose another output folder",
             os.environ.pop(HELD_ENV, None)
         else:
             os.environ[HELD_ENV] = before
-        with contextlib.suppress(OSError):
-            path.unlink()  # still under the lock: a waiting opener sees the file change and opens the new one
-        os.close(fd)
-        _remove_if_empty(folder, created)
+        _release(path, fd, folder, created)
+
+
+def _release(path: Path, fd: int, folder: Path, created: Path | None) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()  # still under the lock: a waiting opener sees the file change and opens the new one
+    os.close(fd)
+    _remove_if_empty(folder, created)
 
 
 @contextlib.contextmanager
 def run_locks(folders: list[str | Path], change: str = "choose another output folder",
-              command: str | None = None) -> Iterator[list[Path]]:
-    """`run_lock` on several folders (each once, in a fixed order, so two jobs cannot each hold one and wait)."""
+              command: str | None = None, shallow: list[str | Path] = ()) -> Iterator[list[Path]]:
+    """`run_lock` on several folders (each once, in a fixed order, so two jobs cannot each hold one and wait); those
+    in `shallow` with tree=False."""
     unique = sorted({Path(f).expanduser().resolve() for f in folders})
+    flat = {Path(f).expanduser().resolve() for f in shallow}
     with contextlib.ExitStack() as stack:
-        yield [stack.enter_context(run_lock(f, change, command)) for f in unique]
+        yield [stack.enter_context(run_lock(f, change, command, tree=f not in flat)) for f in unique]
 
 
-def command_lock(folders: list[str | Path], change: str, command: str, every_rank: bool = True):
+def command_lock(folders: list[str | Path], change: str, command: str, every_rank: bool = True,
+                 shallow: list[str | Path] = ()):
     """The lock a command takes on the folders it writes, before any model loads. every_rank=False: under a
-    multi-process launch (torchrun / accelerate set $RANK) only rank 0 takes it, for all the ranks of one run."""
+    multi-process launch (torchrun / accelerate set $RANK) only rank 0 takes it, for all the ranks of one run.
+    `shallow`: folders whose lock covers only themselves (`run_lock`'s tree=False)."""
     if not every_rank and os.environ.get("RANK", "0") != "0":
         return contextlib.nullcontext([])
-    return run_locks(folders, change, command)
+    return run_locks(folders, change, command, shallow)

@@ -1,6 +1,7 @@
 """The blind audit (fspo_lite.drivers.audit): the draw, the blinding, the scoring of a synthetic labeled file, the CLI."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -141,3 +142,25 @@ def test_audit_command_line(tmp_path, capsys):
     assert json.loads((tmp_path / "audit.json").read_text())["unsupported_share"]["fspo"] == 1.0
     assert main(["audit", "sample", "--runs", str(runs), "--methods", "grpo", "--n", "8", "--out",
                  str(items_path), "--key", str(key_path)]) == 2
+
+
+def test_a_key_is_never_replaced_and_items_and_key_are_written_as_one(tmp_path, monkeypatch):
+    """A second draw with the key of labeled items (kept at another --out) is refused, nothing written; when the key
+    cannot be written, the items are not replaced either."""
+    runs = _runs(tmp_path / "runs")
+    key_path = tmp_path / "key.json"
+    audit.sample_command(str(runs), ["grpo", "fspo"], 8, 0, str(tmp_path / "a.jsonl"), str(key_path))
+    before = key_path.read_bytes()
+    with pytest.raises(ValueError, match="earlier draw"):
+        audit.sample_command(str(runs), ["grpo", "fspo"], 8, 1, str(tmp_path / "b.jsonl"), str(key_path))
+    assert key_path.read_bytes() == before and not (tmp_path / "b.jsonl").exists()
+    items_before = (tmp_path / "a.jsonl").read_bytes()
+
+    def full(self, *args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        audit.sample_command(str(runs), ["grpo", "fspo"], 8, 2, str(tmp_path / "a.jsonl"), str(key_path),
+                             overwrite_labels=True)
+    assert (tmp_path / "a.jsonl").read_bytes() == items_before and key_path.read_bytes() == before

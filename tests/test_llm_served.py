@@ -3,12 +3,14 @@
 import json
 import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from fspo_lite.scoring.llm import (
     PARSED_REPLY_TOKENS,
+    LLMError,
     OpenAICompatibleChatModel,
     allowed_top_logprobs,
     reads_as,
@@ -113,3 +115,74 @@ def test_a_server_refusing_logprobs_gets_parsed_replies(refusing_url, capsys):
     last = Refusing.seen[-1]
     assert "logprobs" not in last and last["max_tokens"] == PARSED_REPLY_TOKENS
     assert sum("logprobs" in request for request in Refusing.seen) == 1  # asked once, then never again
+
+
+class Hostile(BaseHTTPRequestHandler):
+    """/v1/models drips one byte every 0.1 s; /v1/redirect sends the client to another origin (`target`), where
+    `Recorder` keeps the headers it receives."""
+
+    target = ""
+
+    def do_GET(self):
+        if self.path.endswith("/redirect/models"):
+            self.send_response(302)
+            self.send_header("Location", self.target + "/v1/models")
+            self.end_headers()
+            return
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        for byte in body:
+            self.wfile.write(bytes([byte]))
+            self.wfile.flush()
+            time.sleep(0.1)
+
+    def log_message(self, *args):
+        pass
+
+
+class Recorder(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_GET(self):
+        Recorder.seen.append(dict(self.headers))
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(handler) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_dripping_judge_server_is_cut_at_the_request_timeout():
+    server = serve(Hostile)
+    try:
+        started = time.monotonic()
+        with pytest.raises(LLMError, match="no whole reply within verifier.request_timeout=1 s"):
+            OpenAICompatibleChatModel(f"http://127.0.0.1:{server.server_port}/v1", timeout=1.0)
+        assert time.monotonic() - started < 3.0  # the body alone takes over 2 s to drip
+    finally:
+        server.shutdown()
+
+
+def test_the_api_key_never_follows_a_redirect_to_another_origin():
+    recorder, hostile = serve(Recorder), serve(Hostile)
+    Recorder.seen = []
+    Hostile.target = f"http://localhost:{recorder.server_port}"  # another host name: another origin
+    try:
+        model = OpenAICompatibleChatModel(f"http://127.0.0.1:{hostile.server_port}/v1/redirect", api_key="SECRET-KEY",
+                                          timeout=10.0)
+        assert model.model == "m" and Recorder.seen
+        assert all("SECRET-KEY" not in json.dumps(headers) for headers in Recorder.seen)
+    finally:
+        recorder.shutdown()
+        hostile.shutdown()

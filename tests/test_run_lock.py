@@ -151,3 +151,69 @@ def test_busy_message_is_one_line():
     assert message == ("/r/x is in use by another fspo-lite process: pid 7 on h (`python -m fspo_lite train`, "
                        "started 2000-01-01 00:00:00 UTC); wait for it to end, or choose another train.output_dir")
     assert "has not written its record" in busy_message(Path("/r/x"), None, "c")
+
+
+def start(mode: str, command: str, args: list[str]) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop(HELD_ENV, None)
+    return subprocess.Popen([sys.executable, str(DRIVER), mode, command, *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.kill()
+    process.wait(timeout=60)
+    process.stdout.close()
+    process.stderr.close()
+
+
+@posix_only
+@pytest.mark.parametrize("order", ["train inside, then lite", "lite around, then train"])
+def test_a_lock_covers_the_folders_inside_it(tmp_path, order):
+    """A train into X/runs/grpo_s0 and a `lite --out X` (which owns X/runs) refuse each other, whichever came first,
+    in one line naming the holder, before any model or notebook starts."""
+    out = tmp_path / "X"
+    train = ["--config", str(ROOT / "configs" / "tiny.yaml"), "--set", f"train.output_dir={out / 'runs' / 'grpo_s0'}"]
+    lite = ["--profile", "quick", "--out", str(out)]
+    first, second = (("train", train), ("lite", lite)) if order.startswith("train") else (("lite", lite), ("train", train))
+    holder = start("hold", *first)
+    try:
+        wait_for_line(holder, "HOLDING")
+        refused = start("trip", *second)
+        stdout, err = refused.communicate(timeout=300)
+        assert refused.returncode == 1, (stdout, err)
+        assert "PAST THE LOCK" not in stdout
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        relation = "holds" if second[0] == "lite" else "lies inside"
+        assert relation in lines[0] and f"pid {holder.pid}" in lines[0] and first[0] in lines[0], lines[0]
+    finally:
+        stop(holder)
+
+
+@posix_only
+def test_a_shallow_lock_lets_another_job_use_a_folder_inside_it(tmp_path, monkeypatch):
+    """lite's results folder (results/) and the study's (results/study) run side by side: the results folder's lock
+    is shallow; a tree lock on the same folder refuses the inner one."""
+    monkeypatch.delenv(HELD_ENV, raising=False)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(HELD_ENV, None)
+    for tree, passes in ((False, True), (True, False)):
+        code = ("import sys, time\nfrom fspo_lite.run_lock import run_lock\n"
+                f"with run_lock(sys.argv[1], tree={tree}):\n    print('HOLDING', flush=True)\n    time.sleep(300)\n")
+        holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "results")], env=env,
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert holder.stdout.readline().strip() == "HOLDING"
+            if passes:
+                with run_lock(tmp_path / "results" / "study"):
+                    pass
+            else:
+                with pytest.raises(RunLockError, match=f"lies inside .*results, which is in use .*pid {holder.pid}"):
+                    with run_lock(tmp_path / "results" / "study"):
+                        pass
+                assert not (tmp_path / "results" / "study").exists()  # the refused lock left nothing behind
+        finally:
+            holder.kill()
+            holder.wait(timeout=60)
+            holder.stdout.close()

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from fspo_lite.atomic import atomic_write_json, atomic_write_text
+from fspo_lite.atomic import atomic_path, atomic_write_text
 from fspo_lite.data.labeling import LABEL_VALUES, SentenceItem, load_items, save_items
 from fspo_lite.drivers.report.study import judge_labels
 from fspo_lite.jsonl import read_jsonl
@@ -185,9 +185,10 @@ def labeled_count(items_path: str | Path) -> int:
 
 def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out: str, key_path: str,
                    data: str | None = None, qa: str = "kbqa", overwrite_labels: bool = False) -> tuple[Path, Path]:
-    """`audit sample`: draw, blind and write the items and the key. Items already labeled at `out` (someone's
-    work, which the key unblinds) are never replaced unless overwrite_labels is set: ValueError before anything
-    is written."""
+    """`audit sample`: draw, blind and write the items and the key, both staged before either replaces a file.
+    Items already labeled at `out` (someone's work, which the key unblinds) and an existing key (which may unblind
+    items labeled elsewhere) are never replaced unless overwrite_labels is set: ValueError before anything is
+    written."""
     if len(methods) != 2:
         raise ValueError("the audit compares two methods, e.g. --methods grpo,fspo")
     labeled = 0 if overwrite_labels else labeled_count(out)
@@ -195,12 +196,16 @@ def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out
         raise ValueError(f"{out} holds {labeled} labeled items; drawing again would replace them and their key "
                          f"{key_path}: score them (audit score), choose another --out and --key, or pass "
                          "--overwrite-labels to replace them")
+    if not overwrite_labels and Path(key_path).exists():
+        raise ValueError(f"{key_path} holds the key of an earlier draw, the only way to unblind its labels, wherever "
+                         "its items are: choose another --key (and --out), or pass --overwrite-labels to replace it")
     drawn = draw_audit(collect_sentences(runs_dir, methods, qa), n, seed)
     items, key = blind_items(drawn, _examples(runs_dir, data, qa))
-    save_items(items, out)
-    key_file = atomic_write_json(key_path, {"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed,
-                                            "items": key}, indent=1)
-    return Path(out), key_file
+    text = json.dumps({"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed, "items": key}, indent=1)
+    with atomic_path(key_path) as key_staging, atomic_path(out) as items_staging:  # both written, then both renamed
+        save_items(items, items_staging)
+        key_staging.write_text(text, encoding="utf-8")
+    return Path(out), Path(key_path)
 
 
 def score_command(items_path: str, key_path: str, n_resamples: int, seed: int) -> dict:

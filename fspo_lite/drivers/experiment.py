@@ -28,6 +28,7 @@ from fspo_lite.config_checks import ConfigError
 from fspo_lite.config_load import parse_yaml_file, split_override
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.cli_help import MissingFileError
+from fspo_lite.drivers.job_control import register_group
 from fspo_lite.drivers.notebook_params import check_notebook_parameters, notebook_failure
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import check_run_folders, invocation_counts
@@ -246,7 +247,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     import papermill
 
     check_profile(profile)  # a misspelled parameter, method or config key: one line, before any notebook runs
-    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    out = output_root(profile, out)
     check_training_folders(profile, out)  # a run folder holding someone's files: refused before any notebook runs
     results_dir = results_folder(profile, out)
     executed_dir = results_dir / "notebooks"
@@ -290,7 +291,7 @@ def quiet_kernel_manager() -> type:
     a private temporary folder instead of TCP on localhost, unencrypted, which the kernel warned about at every
     start ("Kernel is running over TCP without encryption"); and a kernel being shut down after its last cell is
     not sent SIGINT first (jupyter_client does; the idle kernel logged "KeyboardInterrupt caught in kernel"). A
-    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL."""
+    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL. Its group is the job's."""
     import atexit
     import shutil
     import tempfile
@@ -307,6 +308,10 @@ def quiet_kernel_manager() -> type:
                 self.transport = "ipc"
                 self.ip = os.path.join(_KERNEL_SOCKETS[0], "kernel")
 
+        async def _async_launch_kernel(self, kernel_cmd, **kw) -> None:  # its session: kernel and workers
+            await super()._async_launch_kernel(kernel_cmd, **kw)
+            register_group(getattr(self.provisioner, "pgid", None))
+
         async def _async_interrupt_kernel(self) -> None:
             if getattr(self, "shutting_down", False):
                 return
@@ -318,13 +323,12 @@ def quiet_kernel_manager() -> type:
 def results_folder(profile: Profile, out: Path) -> Path:
     """Where the profile's summary and executed notebooks go: the `results_dir` parameter (of notebook 04), else
     `<out>/results`."""
-    folders = [parameters["results_dir"] for _, parameters in profile.notebooks if "results_dir" in parameters]
+    folders = [p["results_dir"] for _, p in profile.notebooks if "results_dir" in p]
     return (ROOT / resolve_parameters({"d": folders[-1]}, out)["d"]).resolve() if folders else out / "results"
 
 
 def flip_figure(profile: Profile, out: Path) -> Path | None:
-    """The flip figure notebook 04 draws for the profile (<figures_dir>/<prefix>flip_example.png); None when the
-    profile does not run notebook 04."""
+    """Notebook 04's flip figure (<figures_dir>/<prefix>flip_example.png); None when the profile runs no 04."""
     report = [parameters for name, parameters in profile.notebooks if name.startswith("04_")]
     if not report:
         return None
@@ -332,8 +336,7 @@ def flip_figure(profile: Profile, out: Path) -> Path | None:
     return (ROOT / folder / f"{report[-1].get('prefix', 'lite_')}flip_example.png").resolve()
 
 
-def shown(path: Path) -> Path:
-    """A path as the console shows it: relative to the current folder when it lies below it."""
+def shown(path: Path) -> Path:  # relative to the current folder when it lies below it
     return path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
 
 
@@ -345,8 +348,7 @@ def closing_lines(profile: Profile, out: Path, summary: dict[str, Any]) -> list[
     return lines + next_steps(profile, out)
 
 
-def next_steps(profile: Profile, out: Path) -> list[str]:
-    """Where the flip figure is and where to go next."""
+def next_steps(profile: Profile, out: Path) -> list[str]:  # where the flip figure is and where to go next
     figure = flip_figure(profile, out)
     lines = [f"the flip (token advantages under GRPO and FSPO): {shown(figure)}"] if figure else []
     if profile.name == "quick":
@@ -354,11 +356,18 @@ def next_steps(profile: Profile, out: Path) -> list[str]:
     return lines + ["play with the flip: notebooks/05_reward_playground.ipynb (`.venv/bin/jupyter lab notebooks/`)"]
 
 
+def output_root(profile: Profile, out: str | Path | None = None) -> Path:
+    """The absolute output root (`out`, else the profile's); an empty `out` is refused, not read as the root."""
+    if out is not None and not str(out).strip():  # an unset variable: the repository root holds committed results
+        raise ConfigError("--out is empty (an unset variable?); name the output root, e.g. --out runs/my_job")
+    return (ROOT / Path(out if out is not None else profile.out).expanduser()).resolve()
+
+
 def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
     """The folders a profile's job owns while it runs (`fspo_lite.run_lock`): its results folder and the training
     notebook's runs folder. Profiles that share an output root but not these folders (lite and study) can run side
     by side; two jobs into the same ones cannot."""
-    out = (ROOT / (out if out is not None else profile.out)).resolve()
+    out = output_root(profile, out)
     runs = [resolve_parameters(p, out)["runs_dir"] for n, p in profile.notebooks
             if n == TRAINING_NOTEBOOK and "runs_dir" in p]
     return [results_folder(profile, out), *((ROOT / r).resolve() for r in runs)]
@@ -366,9 +375,8 @@ def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
 
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
                    data: dict[str, str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
-    """Add the profile name, wall times, (when the profile has local_data) which benchmark data each benchmark
-    read and (`runs`, from `invocation_counts`) how many runs this invocation trained, resumed and skipped to
-    summary.json (written by notebook 04), and render summary.md from it again."""
+    """Add the profile, wall times, benchmark data read (local_data) and runs trained, resumed and skipped
+    (`invocation_counts`) to notebook 04's summary.json, and render summary.md again."""
     summary_path = results_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,

@@ -21,6 +21,7 @@ import torch
 from fspo_lite.atomic import atomic_path, atomic_write_json, atomic_write_jsonl
 from fspo_lite.config import RolloutConfig, SpeedConfig
 from fspo_lite.config_checks import ConfigError
+from fspo_lite.config_load import redacted
 from fspo_lite.data.prompts import prompt_text, render_prompt
 from fspo_lite.evaluation import metrics as M
 from fspo_lite.evaluation.benchmarks import BENCHMARKS, load_items, resolve
@@ -388,7 +389,7 @@ def evaluate(config, model=None, tokenizer=None, progress: bool = True) -> EvalR
                                "by": {r["metric"]: r["by"] for r in new_rows}}
     table = pd.DataFrame(rows, columns=["benchmark", "metric", "value", "n", "by"])
     summary = {"model": config.model.name, "adapter": config.model.adapter_path, "benchmarks": per_benchmark,
-               "config": config.to_dict()}
+               "config": redacted(config.to_dict())}
     result = EvalResult(table, summary, records)
     result.save(ev.output_dir)
     return result

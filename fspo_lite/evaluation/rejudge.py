@@ -76,17 +76,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not Path(args.runs).is_dir():
         parser.error(f"no runs folder {args.runs}")
-    from fspo_lite.config import VerifierConfig
     from fspo_lite.run_lock import RunLockError, run_lock
-    from fspo_lite.scoring.verifiers import build_verifier
 
     try:
+        from fspo_lite.config import VerifierConfig
+        from fspo_lite.scoring.verifiers import build_verifier
+
         with run_lock(args.runs, ""):
             verifier = build_verifier(VerifierConfig(name=args.judge))
             done = rejudge_runs(args.runs, verifier, args.judge, args.data, args.threshold)
     except (RunLockError, ResultFileError) as error:
         print(f"rejudge: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # each run's records file is replaced atomically: judged whole, or left as it was
+        print("rejudge: interrupted; the runs judged so far keep their new labels, the others are unchanged",
+              file=sys.stderr)
+        return 130
     for run, n in done.items():
         print(f"[rejudge] {run}: {n} kbqa records judged by {args.judge}")
     if not done:

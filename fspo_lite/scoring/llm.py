@@ -24,6 +24,7 @@ import math
 import os
 import re
 import threading
+import http.client
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -46,6 +47,8 @@ NO_WORDS = ("no",)
 
 PARSED_REPLY_TOKENS = 8
 """Tokens a server may reply with when the yes/no answer has to be parsed from the text."""
+REPLY_BYTES = 16 << 20
+"""The most an answer of the judge server may send (a chat completion with log-probs is kilobytes)."""
 
 
 class LLMError(RuntimeError):
@@ -219,23 +222,37 @@ class OpenAICompatibleChatModel(ChatModel):
         """yes_probability answers that had to be parsed from text (the server sent no log-probs)."""
 
     def _request(self, path: str, payload: dict | None = None) -> dict:
+        """One request within `timeout` seconds in all (connecting, sending, every read: `Deadline`, as the vLLM
+        server client's), its reply at most REPLY_BYTES. The API key is an unredirected header: a redirect, to
+        whatever origin, never carries it."""
+        from fspo_lite.rollout.server_checks import Deadline
+
         url = self.base_url + path
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
         data = None if payload is None else json.dumps(payload).encode("utf-8")
-        request = urllib.request.Request(url, data=data, headers=headers, method="GET" if data is None else "POST")
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"},
+                                         method="GET" if data is None else "POST")
+        if self.api_key:
+            request.add_unredirected_header("Authorization", f"Bearer {self.api_key}")
+        with Deadline(self.timeout) as deadline:
+            try:
+                with deadline.opener().open(request, timeout=self.timeout) as response:
+                    body = response.read(REPLY_BYTES + 1)
+                    if len(body) > REPLY_BYTES:
+                        raise LLMError(f"{url}: reply over {REPLY_BYTES:,} bytes; verifier.server_url must name an "
+                                       "OpenAI-compatible server")
+            except urllib.error.HTTPError as error:
+                detail = error.read(500).decode("utf-8", "replace")[:500] if not deadline.expired() else ""
+                raise LLMError(f"{url}: HTTP {error.code}: {detail}") from None
+            except (OSError, http.client.HTTPException) as error:
+                if deadline.expired():
+                    raise LLMError(f"{url}: no whole reply within verifier.request_timeout={self.timeout:g} s; raise "
+                                   "it if the server is busy, or check the server") from None
+                raise LLMError(f"{url}: server not reachable ({getattr(error, 'reason', error)})") from None
+        if deadline.expired():
+            raise LLMError(f"{url}: no whole reply within verifier.request_timeout={self.timeout:g} s")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                body = response.read().decode("utf-8")
-        except urllib.error.HTTPError as error:
-            detail = error.read().decode("utf-8", "replace")[:500]
-            raise LLMError(f"{url}: HTTP {error.code}: {detail}") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-            raise LLMError(f"{url}: server not reachable ({getattr(error, 'reason', error)})") from None
-        try:
-            return json.loads(body)
-        except json.JSONDecodeError:
+            return json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
             raise LLMError(f"{url}: reply is not JSON: {body[:200]!r}") from None
 
     def list_models(self) -> list[str]:

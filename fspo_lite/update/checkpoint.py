@@ -282,7 +282,9 @@ def check_provenance(path: str | Path, current: dict) -> None:
     """CheckpointError naming every setting (outside RESUME_MAY_CHANGE) in which the checkpoint's config.yaml differs
     from the current config (`Config.to_dict()`): another method, learning rate, seed, data or LoRA rank is another
     run, whose weights and optimizer state would otherwise be continued silently."""
-    differences = config_differences(checkpoint_config(path), current)
+    from fspo_lite.config_load import redacted
+
+    differences = config_differences(checkpoint_config(path), redacted(current))  # config.yaml holds no secrets
     if differences:
         shown = "; ".join(differences[:4]) + (f"; and {len(differences) - 4} more" if len(differences) > 4 else "")
         raise CheckpointError(f"checkpoint {path} was written by a run with other settings ({shown}); resume with "

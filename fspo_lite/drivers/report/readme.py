@@ -197,5 +197,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run(argv: list[str] | None = None) -> int:
+    """`main` with Ctrl-C and a refused result file as one line each (exit 130 and 1)."""
+    from fspo_lite.evaluation.result_files import ResultFileError
+
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("report: interrupted; files already rendered are whole (each is replaced atomically), the rest "
+              "unchanged", file=sys.stderr)
+        return 130
+    except ResultFileError as error:
+        print(f"report: error: {error}", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -239,7 +239,7 @@ def more_right_lead(rows: list[dict], primary: str | None = None, holm_rows: Seq
     head = f"**Yes: {', '.join(yes)}.**" if yes else "**No arm does.**"
     text = head + (f" More right under one judge only: {', '.join(one)}." if one else "")
     if primary:
-        judges = sorted({j["judge"] for r in rows for j in r["judges"]}, key=lambda j: j != primary)
+        judges = sorted(sorted({j["judge"] for r in rows for j in r["judges"]}), key=lambda j: j != primary)
         right = {j: [r["arm"] for r in rows for x in r["judges"] if x["judge"] == j and x["more_right"]]
                  for j in judges}
         text += " More right, judge by judge: " + "; ".join(

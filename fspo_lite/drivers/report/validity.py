@@ -189,7 +189,7 @@ def validity_reading(validity: dict, primary: str | None = None) -> str:
     people more often than the constant 'unsupported' answer does (agreement's interval above the constant's point)
     on every set, and which agree less often (point below)."""
     sets = validity.get("sets") or {}
-    judges = sorted({j for s in sets.values() for j in s["judges"]}, key=lambda j: j != primary)
+    judges = sorted(sorted({j for s in sets.values() for j in s["judges"]}), key=lambda j: j != primary)
     better = [j for j in judges if all(s["judges"][j]["agree_low"] > s["judges"][j]["constant"]
                                        for s in sets.values() if j in s["judges"])]
     worse = [j for j in judges if all(s["judges"][j]["agree"] < s["judges"][j]["constant"]
@@ -216,7 +216,7 @@ def validity_markdown(validity: dict, primary: str | None = None) -> list[str]:
     sets = validity.get("sets") or {}
     if not sets:
         return []
-    judges = sorted({j for s in sets.values() for j in s["judges"]}, key=lambda j: j != primary)
+    judges = sorted(sorted({j for s in sets.values() for j in s["judges"]}), key=lambda j: j != primary)
     head = " | ".join(f"{name} (n = {s['checkable']}): agreement / kappa / constant" for name, s in sets.items())
     lines = [f"| judge | {head} |", "|---|" + "---|" * len(sets)]
     for judge in judges:

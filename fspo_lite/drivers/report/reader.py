@@ -260,3 +260,13 @@ def positions_markdown(rows: Sequence[dict], judge: str | None, order: Sequence[
             f"{100 * by[(arm, k)]['share']:.0f}% ({by[(arm, k)]['checkable']})" if (arm, k) in by else ""
             for k in range(1, POSITIONS + 1)) + " |")
     return lines
+
+
+def figures_markdown(figures: dict) -> list[str]:
+    """Where the reader's figures are, said in summary.md (none when they were not drawn)."""
+    said = {"per_seed": "each seed (dots) beside its arm's mean, for accuracy and the primary judge's readings",
+            "training_sentences": "supported and unsupported sentences per sampled response over the training steps, "
+                                  "one panel per arm; these are the training verifier's labels as the trainer logged "
+                                  "them (lexical for every arm but fspo+kb), not a held-out judge's"}
+    shown = [f"`{figures[k]}`: {text}" for k, text in said.items() if k in figures]
+    return ["", "Figures: " + "; ".join(shown) + "."] if shown else []

@@ -23,7 +23,8 @@ from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.controls import control_headline, more_right_lead
 from fspo_lite.drivers.report.lite import goal_check, summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges, plot_paired_differences
-from fspo_lite.drivers.report.reader import examples_markdown, main_table_markdown, positions_markdown
+from fspo_lite.drivers.report.reader import (examples_markdown, figures_markdown, main_table_markdown,
+                                             positions_markdown)
 from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.summary import direction, study_markdown
@@ -255,7 +256,10 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
     lines += main_table_markdown(stats, settings["order"])
     if len(table):
         text = summary_markdown(table, None, diagnostics, summary.get("settings"), title="")
-        lines.append("## Per method\n" + text.split("\n", 1)[1])
+        harness = (summary.get("settings") or {}).get("step-hallucination judge")
+        heading = "## Per method" + (f" (the harness's table: step hallucination by its main judge, {harness})"
+                                     if harness and reader.get("primary") not in (None, harness) else "")
+        lines.append(heading + "\n" + text.split("\n", 1)[1])
     stats = summary.get("statistics")
     if stats and stats.get("methods"):
         tables = {"methods": _frame(stats["methods"]), "differences": _frame(stats["differences"])}
@@ -271,7 +275,8 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
                                         settings["order"]),
                   *resolvable_markdown(reader.get("resolvable") or {}),
                   *positions_markdown(reader.get("positions") or [], reader.get("primary"), settings["order"]),
-                  *examples_markdown(reader.get("examples") or [], stats.get("judges") or []), ""]
+                  *examples_markdown(reader.get("examples") or [], stats.get("judges") or []),
+                  *figures_markdown(stats.get("figures") or {}), ""]
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]
     lines += not_drawn_markdown({**(summary.get("figures_not_drawn") or {}), **((stats or {}).get("figures_not_drawn")

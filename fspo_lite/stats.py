@@ -158,3 +158,81 @@ def matched_difference(num_a, den_a, num_b, den_b, weights, n_resamples: int = 2
             - standardized_rates(np.nan_to_num(rep_b), ones, weights[None, :], both))
     low, high = interval(diff, level)
     return {"a": std_a, "b": std_b, "diff": std_a - std_b, "low": low, "high": high, "strata": int(usable.sum())}
+
+
+def welch_interval(a, b, level: float = LEVEL) -> dict:
+    """mean(a) - mean(b) with Welch's t interval over the values themselves (e.g. one value per seed): standard
+    error sqrt(var_a / n_a + var_b / n_b) with sample variances (ddof 1), Welch-Satterthwaite degrees of freedom,
+    and the two-sided p-value of Welch's t test. {diff, low, high, df, p}; NaN where a side has fewer than 2 values
+    or both variances are 0 (no spread to build an interval from)."""
+    from scipy import stats as sps
+
+    a, b = (np.asarray(x, float) for x in (a, b))
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    nan = {"diff": float("nan"), "low": float("nan"), "high": float("nan"), "df": float("nan"), "p": float("nan")}
+    if len(a) < 2 or len(b) < 2:
+        return {**nan, "diff": float(a.mean() - b.mean()) if len(a) and len(b) else float("nan")}
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    diff = float(a.mean() - b.mean())
+    if va + vb == 0:
+        return {**nan, "diff": diff}
+    se = float(np.sqrt(va + vb))
+    df = float((va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1)))
+    t = float(sps.t.ppf(0.5 + level / 2, df))
+    p = float(2 * sps.t.sf(abs(diff) / se, df))
+    return {"diff": diff, "low": diff - t * se, "high": diff + t * se, "df": df, "p": p}
+
+
+def holm(p_values, alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down procedure: which hypotheses are rejected at family-wise error `alpha`. The p-values sorted
+    ascending are compared with alpha / m, alpha / (m - 1), ...; all up to the first that fails are rejected. NaN
+    p-values are never rejected and do not count in m."""
+    p = [float(x) for x in p_values]
+    valid = sorted((value, i) for i, value in enumerate(p) if not np.isnan(value))
+    m = len(valid)
+    rejected = [False] * len(p)
+    for rank, (value, i) in enumerate(valid):
+        if value > alpha / (m - rank):
+            break
+        rejected[i] = True
+    return rejected
+
+
+def agreement_scores(human, judge) -> dict:
+    """How a judge's labels agree with hand labels on the same sentences (+1 supported, -1 unsupported; a judge's
+    0 or None, not checkable, counts as a third category): agreement (share equal), Cohen's kappa, and the
+    constant baseline (the share a judge answering 'unsupported' for every sentence would agree on)."""
+    human = [int(h) for h in human]
+    judge = [0 if j is None else int(np.sign(j)) for j in judge]
+    n = len(human)
+    if n == 0 or n != len(judge):
+        return {"agree": float("nan"), "kappa": float("nan"), "constant": float("nan"), "n": n}
+    observed = sum(h == j for h, j in zip(human, judge)) / n
+    chance = sum((human.count(c) / n) * (judge.count(c) / n) for c in set(human) | set(judge))
+    kappa = 1.0 if chance == 1.0 else (observed - chance) / (1 - chance)
+    return {"agree": observed, "kappa": kappa, "constant": human.count(-1) / n, "n": n}
+
+
+def agreement_interval(questions, human, judge, n_resamples: int = 2000, rng: np.random.Generator | None = None,
+                       level: float = LEVEL) -> dict:
+    """`agreement_scores` with percentile intervals from a bootstrap over questions as clusters (every sentence of
+    a drawn question moves with it): {agree, kappa, constant, n, and <name>_low / <name>_high for the three}."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    point = agreement_scores(human, judge)
+    ids = sorted(set(questions))
+    if not ids:
+        return {**point, **{f"{k}_{s}": float("nan") for k in ("agree", "kappa", "constant") for s in ("low", "high")}}
+    index = {q: i for i, q in enumerate(ids)}
+    rows = np.array([index[q] for q in questions])
+    members = [np.flatnonzero(rows == i) for i in range(len(ids))]
+    human, judge = list(human), list(judge)
+    draws = {k: [] for k in ("agree", "kappa", "constant")}
+    for counts in question_draws(len(ids), n_resamples, rng):
+        picked = np.concatenate([np.repeat(members[i], int(c)) for i, c in enumerate(counts) if c])
+        scores = agreement_scores([human[k] for k in picked], [judge[k] for k in picked])
+        for k in draws:
+            draws[k].append(scores[k])
+    result = dict(point)
+    for k, values in draws.items():
+        result[f"{k}_low"], result[f"{k}_high"] = interval(np.array(values, float), level)
+    return result

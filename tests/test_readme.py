@@ -27,7 +27,7 @@ def test_readme_blocks_and_summaries_equal_their_rendering_from_the_result_files
 @pytest.fixture
 def copy(tmp_path):
     for name in ("README.md", "results/summary.json", "results/summary.md", "results/study/summary.json",
-                 "results/study/summary.md", "results/study/audit.json"):
+                 "results/study/summary.md", "results/study/audit.json", "results/study/judge_validity.json"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, tmp_path / name)
     return tmp_path

@@ -228,15 +228,31 @@ def control_table(check: dict) -> list[str]:
     return lines
 
 
-def more_right_lead(rows: list[dict]) -> str:
-    """Question (b)'s answer in one sentence."""
+def more_right_lead(rows: list[dict], primary: str | None = None, holm_rows: Sequence[dict] | None = None) -> str:
+    """Question (b)'s answer in one sentence: the rule's answer; with a primary judge, which arms are more right
+    under each judge, primary first, and whether the answer changes with the judge; with `holm_rows`, which of the
+    readings survive the seed-level check and Holm's correction."""
     if not rows:
         return "Not answered: no arm besides grpo was evaluated under a held-out judge."
     yes = [r["arm"] for r in rows if r["answer"] == "yes"]
     one = [r["arm"] for r in rows if r["answer"] == "one judge"]
     head = f"**Yes: {', '.join(yes)}.**" if yes else "**No arm does.**"
-    return head + (f" More right under one judge only: {', '.join(one)}." if one else "") + (
-        " With this many arms and judges, about one reading in twenty falls outside its interval by chance.")
+    text = head + (f" More right under one judge only: {', '.join(one)}." if one else "")
+    if primary:
+        judges = sorted(sorted({j["judge"] for r in rows for j in r["judges"]}), key=lambda j: j != primary)
+        right = {j: [r["arm"] for r in rows for x in r["judges"] if x["judge"] == j and x["more_right"]]
+                 for j in judges}
+        text += " More right, judge by judge: " + "; ".join(
+            f"{j} judge{' (primary)' if j == primary else ''}: {', '.join(arms) or 'none'}" for j, arms in right.items())
+        text += (". The answer changes with the judge." if len({tuple(a) for a in right.values()}) > 1 else
+                 ". Every judge gives the same answer.")
+    text += " With this many arms and judges, about one reading in twenty falls outside its interval by chance."
+    if holm_rows:
+        both = [f"{r['arm']} ({r['judge']})" for r in holm_rows if r["high"] < 0 and r["survives"] == "both"]
+        held = [f"{r['arm']} ({r['judge']})" for r in holm_rows if r["holm"]]
+        text += (f" Of the {len(holm_rows)} rate readings, these survive Welch's interval over seeds too: "
+                 f"{', '.join(both) or 'none'}; these survive Holm's correction: {', '.join(held) or 'none'}.")
+    return text
 
 
 def more_right_table(rows: list[dict], judges: Sequence[str]) -> list[str]:

@@ -386,3 +386,23 @@ def plot_advantage_mass(training: pd.DataFrame, path: str | Path | None = None, 
     right.set_ylabel("sum A / sum |A| (net push up > 0)")
     legend_outside(right)
     return save_figure(fig, path)
+
+
+def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | None, judges: Sequence[str],
+                            path: str | Path | None = None, level: float = 0.95, order: Sequence[str] | None = None):
+    """The study's forest plot: accuracy, declines, step hallucination per judge (raw and at matched length), and
+    for the main judge the sentence counts per response; every method against the baseline."""
+    main = judges[0] if judges else None
+    forest = ["accuracy", "not_attempted", "all_attempt_wrong", *[f"step_hallucination@{j}" for j in judges],
+              *([f"supported_per_response@{main}", f"unsupported_per_response@{main}", "sentences_per_response",
+                 "near_duplicates_per_response"] if main else [])]
+    shown = differences
+    if matched is not None and len(matched):  # the matched-length comparisons as rows of their own
+        extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
+        columns = ["metric", "method", "baseline", "diff", "low", "high"]
+        shown = pd.concat([shown, extra[columns]], ignore_index=True)
+        forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
+    baseline = differences["baseline"].iloc[0]
+    title = f"Each method minus {baseline} on the same held-out questions: mean over seeds with its {level:.0%} " \
+            "bootstrap interval"
+    return plot_forest(shown, forest, path, title=title, order=order)

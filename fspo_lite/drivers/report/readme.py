@@ -24,15 +24,19 @@ from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.controls import control_lead, more_right_lead, readings_markdown
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
+from fspo_lite.drivers.report.plain import plain_words
 from fspo_lite.drivers.report.study import format_interval
+from fspo_lite.drivers.report.validity import VALIDITY_FILE, validity_markdown
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}
 """Result folder of each summary the README quotes (relative to the repository root)."""
-STUDY_ROWS = (("accuracy", "accuracy %"), ("step_hallucination@embedding", "step halluc., embedding judge %"),
-              ("step_hallucination@likelihood", "step halluc., likelihood judge %"),
-              ("supported_per_response@embedding", "supported sentences (embedding judge)"),
-              ("sentences_per_response", "reasoning sentences"))
+STUDY_ROWS = (("accuracy", "accuracy %"), ("step_hallucination@{primary}", "step halluc. % ({primary})"),
+              ("no_checkable@{primary}", "no checkable sentence % ({primary})"),
+              ("supported_per_response@{primary}", "supported / response ({primary})"),
+              ("step_hallucination@{second}", "step halluc. % ({second})"),
+              ("step_hallucination@{third}", "step halluc. % ({third})"), ("sentences_per_response", "sentences"))
+"""The README's study table; {primary} is the first judge of the statistics, {second} and {third} the others."""
 LITE_COLUMNS = (("accuracy", "accuracy %"), ("answer_f1", "answer F1 %"), ("not_attempted", "not attempted %"),
                 ("step_hallucination", "step hallucination %"), ("format_rate", "well-formed %"),
                 ("truthfulqa_mc2", "TruthfulQA MC2 %"), ("halueval_accuracy", "HaluEval acc. %"))
@@ -46,17 +50,26 @@ def load(folder: str | Path) -> tuple[dict, dict | None]:
             json.loads(audit.read_text()) if audit.exists() else None)
 
 
+def load_validity(folder: str | Path) -> dict | None:
+    """judge_validity.json of a results folder (docs/statistics.md, "Judge validity"), None when there is none."""
+    path = Path(folder) / VALIDITY_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def study_table(summary: dict) -> str:
     """One row per trained arm, STUDY_ROWS as columns: mean over seeds [95% interval] from the statistics."""
     stats = summary["statistics"]
     methods = [m for m in report_settings(summary)["order"] if m != "base"]
     cells = {(r["metric"], r["method"]): r for r in stats["methods"]}
-    lines = ["| arm | " + " | ".join(label for _, label in STUDY_ROWS) + " |", "|---|" + "---|" * len(STUDY_ROWS)]
+    judges = dict(zip(("primary", "second", "third"), stats.get("judges") or []))
+    rows = [(m.format(**judges), label.format(**judges)) for m, label in STUDY_ROWS
+            if all(f"{{{k}}}" not in m or k in judges for k in ("primary", "second", "third"))]
+    lines = ["| arm | " + " | ".join(label for _, label in rows) + " |", "|---|" + "---|" * len(rows)]
     for method in methods:
-        if not any((metric, method) in cells for metric, _ in STUDY_ROWS):
+        if not any((metric, method) in cells for metric, _ in rows):
             continue
         values = [format_interval(metric, *(cells[(metric, method)][k] for k in ("mean", "low", "high")))
-                  if (metric, method) in cells else "" for metric, _ in STUDY_ROWS]
+                  if (metric, method) in cells else "" for metric, _ in rows]
         lines.append(f"| {method} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
@@ -82,6 +95,7 @@ def controls_block(summary: dict) -> str:
     """The two questions of the controls and newer rewards, answered with their intervals (summary.md has the
     three-axes tables behind them)."""
     controls = (summary.get("statistics") or {}).get("controls")
+    reader = (summary.get("statistics") or {}).get("reader") or {}
     if not controls:
         return ("Not answered yet: the study's summary has no run of the controls (`random`, `format`) or the newer "
                 "rewards (`ternary`, `binary`, `corver`). `make study` trains them (it resumes where it stopped).")
@@ -90,7 +104,7 @@ def controls_block(summary: dict) -> str:
              "over FSPO's, point estimates); *none of it*: the control does not move it that way while FSPO does.",
              "", *[f"- {control_lead(c)}" for c in controls["control_checks"]], "",
              "**(b) Does any arm lower step hallucination against grpo without writing fewer supported sentences "
-             f"per response?** {more_right_lead(controls['more_right'])} Every arm under every held-out judge: "
+             f"per response?** {more_right_lead(controls['more_right'], reader.get('primary'), reader.get('holm'))} Every arm under every held-out judge: "
              "results/study/summary.md, \"Controls and newer rewards\"."]
     return "\n".join(lines + readings_markdown(controls))
 
@@ -115,8 +129,12 @@ def study_time(summary: dict) -> str:
 def blocks(root: str | Path = ROOT) -> dict[str, str]:
     """Every README block by name, rendered from the result files under `root`."""
     study, audit = load(Path(root) / SUMMARIES["study"])
+    validity = load_validity(Path(root) / SUMMARIES["study"])
     lite, _ = load(Path(root) / SUMMARIES["lite"])
-    return {"study-verdict": "\n".join(verdict_markdown(verdict(study, audit))).rstrip(),
+    primary = (study["statistics"].get("reader") or {}).get("primary")
+    return {"study-verdict": "\n".join(verdict_markdown(verdict(study, audit, validity))).rstrip(),
+            "study-validity": "\n".join(validity_markdown(validity or {}, primary)) or "No hand-labelled set yet.",
+            "study-plain": "**In plain words.** " + plain_words(study),
             "study-table": study_table(study),
             "study-controls": controls_block(study),
             "study-time": study_time(study),
@@ -152,7 +170,7 @@ def differences(root: str | Path = ROOT) -> list[str]:
         stale.append(f"README.md: {error}")
     for folder in SUMMARIES.values():
         summary, audit = load(root / folder)
-        if (root / folder / "summary.md").read_text() != summary_document(summary, audit):
+        if (root / folder / "summary.md").read_text() != summary_document(summary, audit, load_validity(root / folder)):
             stale.append(f"{folder}/summary.md differs from the rendering of {folder}/summary.json")
     return stale
 
@@ -164,7 +182,7 @@ def write(root: str | Path = ROOT) -> list[Path]:
     for folder in SUMMARIES.values():
         summary, audit = load(root / folder)
         path = root / folder / "summary.md"
-        atomic_write_text(path, summary_document(summary, audit))
+        atomic_write_text(path, summary_document(summary, audit, load_validity(root / folder)))
         written.append(path)
     readme = root / "README.md"
     atomic_write_text(readme, fill(readme.read_text(), blocks(root)))

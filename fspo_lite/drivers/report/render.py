@@ -21,10 +21,14 @@ import pandas as pd
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.controls import control_headline, more_right_lead
-from fspo_lite.drivers.report.lite import summary_markdown
-from fspo_lite.drivers.report.plots import plot_judges
+from fspo_lite.drivers.report.lite import goal_check, summary_markdown
+from fspo_lite.drivers.report.plots import plot_judges, plot_paired_differences
+from fspo_lite.drivers.report.reader import (examples_markdown, figures_markdown, main_table_markdown,
+                                             positions_markdown)
+from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown
 from fspo_lite.drivers.report.study import format_interval
-from fspo_lite.drivers.report.summary import direction, plot_paired_differences, study_markdown
+from fspo_lite.drivers.report.summary import direction, study_markdown
+from fspo_lite.drivers.report.validity import VALIDITY_FILE, draw_reading, validity_markdown
 
 AUDIT_FILE = "audit.json"
 SHARE = "step_hallucination@judge"
@@ -67,9 +71,48 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
-def verdict(summary: dict, audit: dict | None = None) -> dict:
+def welch_note(row: dict | None) -> str:
+    """' (seeds, Welch [-12.0, +2.9])' beside a difference that carries Welch's interval over seed values, else ''."""
+    if not row or not _is_number(row.get("welch_low")) or not _is_number(row.get("welch_high")):
+        return ""
+    return f" (seeds, Welch [{100 * row['welch_low']:+.1f}, {100 * row['welch_high']:+.1f}])"
+
+
+def preset_targets(summary: dict, judges, method: str, baseline: str) -> dict:
+    """The preset target (lite.goal_check's rule) on each judge's point estimates, from the statistics."""
+    cells = {(r["metric"], r["method"]): r["mean"] for r in (summary.get("statistics") or {}).get("methods") or []}
+    out = {}
+    for judge in judges:
+        values = {m: (cells.get((f"step_hallucination@{judge}", m)), cells.get(("accuracy", m))) for m in (method,
+                                                                                                       baseline)}
+        if all(_is_number(v) for pair in values.values() for v in pair):
+            table = pd.DataFrame({"step_hallucination": {m: v[0] for m, v in values.items()},
+                                  "accuracy": {m: v[1] for m, v in values.items()}})
+            out[judge] = goal_check(table, method, baseline)
+    return out
+
+
+def judge_name(judge: str, main: str, primary: bool) -> str:
+    return f"{judge} judge" + (" (primary)" if primary and judge == main else "")
+
+
+def matched_phrase(matched: dict, raw: dict, main: str) -> str:
+    """How the drop fares at matched length, said as the numbers say it: 'disappears' only when no judge's
+    matched point estimate is below 0; otherwise 'is not resolved', with the main judge's two numbers."""
+    rows = {j: r for j, r in matched.items() if r}
+    if all(r["diff"] >= 0 for r in rows.values()):
+        return "its drop in step hallucination disappears at matched length"
+    m = rows.get(main) or next(iter(rows.values()))
+    judge = main if main in rows else next(iter(rows))
+    return (f"at matched length its drop in step hallucination is not resolved under any judge ({judge} judge "
+            f"{format_interval(SHARE, m['diff'], m['low'], m['high'], True)} against "
+            f"{format_interval(SHARE, raw[judge]['diff'], math.nan, math.nan, True)} raw)")
+
+
+def verdict(summary: dict, audit: dict | None = None, validity: dict | None = None) -> dict:
     """{"headline": one sentence, "lines": the evidence, one markdown bullet each}: what the summary's numbers say
-    about `method` against `baseline` (report_settings). Pure: reads the summary and audit dicts only."""
+    about `method` against `baseline` (report_settings), the first judge of the statistics leading (the primary
+    one when the study names it). Pure: reads the summary, audit and judge-validity dicts only."""
     settings = report_settings(summary)
     method, baseline = settings["method"], settings["baseline"]
     if settings["smoke"]:
@@ -82,13 +125,14 @@ def verdict(summary: dict, audit: dict | None = None) -> dict:
     if main is None or raw[main] is None or not _is_number(raw[main]["diff"]):
         return {"headline": f"No verdict: the runs hold no {method} - {baseline} difference in step hallucination "
                             "to read.", "lines": []}
+    primary = bool((stats.get("reader") or {}).get("primary"))
+    name = {j: judge_name(j, main, primary) for j in judges}
     lines = []
-    methods = summary.get("methods") or {}
-    rates = {m: methods.get(m, {}).get("step_hallucination") for m in (method, baseline)}
-    goal = summary.get("goal") or {}
+    cells = {(r["metric"], r["method"]): r for r in stats.get("methods") or []}
+    rates = {m: (cells.get((f"step_hallucination@{main}", m)) or {}).get("mean") for m in (method, baseline)}
     accuracy = _difference(stats, "accuracy", method)
     text = (f"Held-out step hallucination, {method} - {baseline}: "
-            + "; ".join(f"{j} judge {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}"
+            + "; ".join(f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}{welch_note(r)}"
                         for j, r in raw.items() if r) + " points")
     if all(_is_number(v) for v in rates.values()):
         text += f" ({main} judge: {rates[method]:.1%} against {rates[baseline]:.1%})"
@@ -96,7 +140,17 @@ def verdict(summary: dict, audit: dict | None = None) -> dict:
         text += (f"; accuracy {format_interval('accuracy', accuracy['diff'], accuracy['low'], accuracy['high'], True)}"
                  " points")
     lines.append(text + ".")
-    if _is_number(goal.get("relative_drop")) and _is_number(goal.get("accuracy_delta_points")):
+    targets = preset_targets(summary, judges, method, baseline)
+    goal = summary.get("goal") or {}
+    if targets:
+        text = (f"Preset target ({next(iter(targets.values()))['target']}, point estimates): " + "; ".join(
+            f"{name[j]}: {'met' if g['met'] else 'not met'} (relative drop {g['relative_drop']:.1%}, accuracy "
+            f"{g['accuracy_delta_points']:+.1f} points)" for j, g in targets.items()))
+        met = [j for j, g in targets.items() if g["met"]]
+        if 0 < len(met) < len(targets):
+            text += f". The answer changes with the judge: met under the {', '.join(met)} judge only"
+        lines.append(text + ".")
+    elif _is_number(goal.get("relative_drop")) and _is_number(goal.get("accuracy_delta_points")):
         lines.append(f"Preset target ({goal['target']}, {main} judge, point estimates): "
                      f"{'met' if goal['met'] else 'not met'} (relative drop {goal['relative_drop']:.1%}, accuracy "
                      f"{goal['accuracy_delta_points']:+.1f} points).")
@@ -111,18 +165,30 @@ def verdict(summary: dict, audit: dict | None = None) -> dict:
             text += (f" and {format_interval('count', supported['diff'], supported['low'], supported['high'], True)}"
                      f" supported ones ({main} judge)")
         lines.append(text + ".")
+    bare = {m: cells.get((f"no_checkable@{main}", m)) for m in (method, baseline)}
+    if all(bare.values()):
+        d = _difference(stats, f"no_checkable@{main}", method)
+        lines.append(f"Bare-name escape (responses whose reasoning has no sentence the {main} judge can check, which "
+                     f"the flip cannot act on): {method} "
+                     f"{format_interval(SHARE, *(bare[method][k] for k in ('mean', 'low', 'high')))}%, {baseline} "
+                     f"{format_interval(SHARE, *(bare[baseline][k] for k in ('mean', 'low', 'high')))}%"
+                     + (f", difference {format_interval(SHARE, d['diff'], d['low'], d['high'], True)} points"
+                        if d else "") + ".")
     if any(matched.values()):
         lines.append("At matched length (responses with the same number of reasoning sentences): " + "; ".join(
-            f"{j} judge {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}"
+            f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}"
             for j, r in matched.items() if r) + " points.")
+    claims = {j: _difference(stats, f"claims_step_hallucination@{j}", method) for j in judges if j != main}
+    if primary and any(claims.values()):
+        lines.append(f"Robustness, over the sentences the {main} judge finds checkable only (bare names left out): "
+                     + "; ".join(f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}"
+                                 for j, r in claims.items() if r) + " points.")
     if audit:
-        agreement = audit.get("judge_agreement") or {}
+        draw = draw_reading(validity or {}, main if primary else "kb")
         lines.append(f"Blind audit ({audit['items']} sentences labelled by hand before unblinding): unsupported "
                      f"share {audit['difference']} "
-                     f"{format_interval(SHARE, audit['diff'], audit['low'], audit['high'], True)} "
-                     "points" + ("; the judges agree with the hand labels on " + ", ".join(
-                         f"{a['agree']:.0%} ({j})" for j, a in agreement.items()) + " of the sentences"
-                                 if agreement else "") + ".")
+                     f"{format_interval(SHARE, audit['diff'], audit['low'], audit['high'], True)} points"
+                     + (f"; {draw}" if draw else "") + ".")
 
     drop = direction(raw[main])
     if drop != "below":
@@ -134,7 +200,7 @@ def verdict(summary: dict, audit: dict | None = None) -> dict:
     audit_state = None if not audit else direction(audit)
     if length_explains:
         headline = (f"{method} makes reasoning shorter; this does not show that it makes reasoning more factual: "
-                    "its drop in step hallucination disappears at matched length")
+                    + matched_phrase(matched, raw, main))
         if audit_state is not None and audit_state != "below":
             headline += ", and the blind audit does not confirm it"
     elif audit_state is not None and audit_state != "below":
@@ -168,7 +234,7 @@ def questions_of(stats: dict) -> dict | None:
     return {**questions, "pairs": _frame(questions["pairs"])} if questions else None
 
 
-def summary_document(summary: dict, audit: dict | None = None) -> str:
+def summary_document(summary: dict, audit: dict | None = None, validity: dict | None = None) -> str:
     """The whole summary.md from summary.json's content (and the audit's): title, verdict, the per-method tables,
     the statistics sections, the figures not drawn, the wall time and the benchmark data."""
     settings = report_settings(summary)
@@ -176,15 +242,24 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
     table = pd.DataFrame.from_dict(summary.get("methods") or {}, orient="index").astype(float, errors="ignore")
     diagnostics = summary.get("training_diagnostics")
     diagnostics = pd.DataFrame.from_dict(diagnostics, orient="index") if diagnostics else None
-    lines = [f"# {title}", "", "## Verdict", "", *verdict_markdown(verdict(summary, audit))]
-    controls = (summary.get("statistics") or {}).get("controls")
+    lines = [f"# {title}", "", "## Verdict", "", *verdict_markdown(verdict(summary, audit, validity))]
+    stats = summary.get("statistics") or {}
+    reader = stats.get("reader") or {}
+    controls = stats.get("controls")
     if controls:  # the two questions' answers in one line; their section below has the tables
         lines.append(f"- Controls and newer rewards: (a) {control_headline(controls['control_checks'])} (b) "
-                     + more_right_lead(controls["more_right"]))
+                     + more_right_lead(controls["more_right"], reader.get("primary"), reader.get("holm")))
     lines.append("")
+    if validity and validity.get("sets"):
+        lines += ["## How far each judge agrees with people", "", *validity_markdown(validity, reader.get("primary")),
+                  ""]
+    lines += main_table_markdown(stats, settings["order"])
     if len(table):
         text = summary_markdown(table, None, diagnostics, summary.get("settings"), title="")
-        lines.append("## Per method\n" + text.split("\n", 1)[1])
+        harness = (summary.get("settings") or {}).get("step-hallucination judge")
+        heading = "## Per method" + (f" (the harness's table: step hallucination by its main judge, {harness})"
+                                     if harness and reader.get("primary") not in (None, harness) else "")
+        lines.append(heading + "\n" + text.split("\n", 1)[1])
     stats = summary.get("statistics")
     if stats and stats.get("methods"):
         tables = {"methods": _frame(stats["methods"]), "differences": _frame(stats["differences"])}
@@ -196,6 +271,12 @@ def summary_document(summary: dict, audit: dict | None = None) -> str:
                                detail=_frame(stats.get("detail_arm")), added=questions_of(stats),
                                controls=stats.get("controls") or None)
         lines.append(study.split("\n", 2)[2])
+        lines += [*sensitivity_markdown(stats["differences"], stats.get("judges") or [], reader.get("holm") or [],
+                                        settings["order"]),
+                  *resolvable_markdown(reader.get("resolvable") or {}),
+                  *positions_markdown(reader.get("positions") or [], reader.get("primary"), settings["order"]),
+                  *examples_markdown(reader.get("examples") or [], stats.get("judges") or []),
+                  *figures_markdown(stats.get("figures") or {}), ""]
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]
     lines += not_drawn_markdown({**(summary.get("figures_not_drawn") or {}), **((stats or {}).get("figures_not_drawn")
@@ -238,8 +319,9 @@ def write_summary(results_dir: str | Path) -> Path:
     summary = read_summary(folder / "summary.json")  # types and ranges checked
     audit_path = folder / AUDIT_FILE
     audit = json.loads(audit_path.read_text()) if audit_path.exists() else None
+    validity = json.loads((folder / VALIDITY_FILE).read_text()) if (folder / VALIDITY_FILE).exists() else None
     path = folder / "summary.md"
-    atomic_write_text(path, summary_document(summary, audit))
+    atomic_write_text(path, summary_document(summary, audit, validity))
     return path
 
 

@@ -46,10 +46,16 @@ def not_evaluated(qa: str) -> str:
             f"short-QA benchmark that it evaluated")
 
 
-def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
+CLAIMS_JUDGE = "kb"
+"""The judge whose 'checkable' says whether a sentence makes a claim at all (it agrees with the hand labels on
+that: docs/verifiers.md); a bare name (`<think>Oxygen</think>`) is not checkable by it."""
+
+
+def load_responses(runs_dir: str | Path, qa: str = "kbqa", claims_judge: str = CLAIMS_JUDGE) -> pd.DataFrame:
     """One row per held-out short-QA response of every run: method, seed, question, grades, length (reasoning
     sentences, generated tokens, near-duplicate sentences) and per judge j the counts supported@j, unsupported@j,
-    checkable@j of its reasoning sentences."""
+    checkable@j of its reasoning sentences, and claims_unsupported@j, claims_checkable@j: the same counted over the
+    sentences `claims_judge` finds checkable only (when the records carry its labels)."""
     rows = []
     for run, info, records in _runs(runs_dir):
         for r in records:
@@ -61,10 +67,16 @@ def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
                    "answer_f1": float(r.get("f1", math.nan)), "format_rate": float(bool(r.get("format_ok"))),
                    "sentences": len(r.get("sentence_spans") or r.get("sentence_labels") or []),
                    "response_tokens": r.get("response_tokens"), "near_duplicates": r.get("near_duplicate_sentences")}
-            for judge, labels in judge_labels(r, info.get("judge", "judge")).items():
+            by_judge = judge_labels(r, info.get("judge", "judge"))
+            claims = by_judge.get(claims_judge)
+            for judge, labels in by_judge.items():
                 row[f"supported@{judge}"] = sum(1 for x in labels if x > 0)
                 row[f"unsupported@{judge}"] = sum(1 for x in labels if x < 0)
                 row[f"checkable@{judge}"] = sum(1 for x in labels if x != 0)
+                if claims is not None:
+                    kept = [x for x, c in zip(labels, claims) if c]
+                    row[f"claims_unsupported@{judge}"] = sum(1 for x in kept if x < 0)
+                    row[f"claims_checkable@{judge}"] = sum(1 for x in kept if x != 0)
             rows.append(row)
     if not rows:
         raise MissingFileError(f"no {qa} records under {runs_dir}/*/eval/records.jsonl: {not_evaluated(qa)}")
@@ -75,9 +87,11 @@ def load_responses(runs_dir: str | Path, qa: str = "kbqa") -> pd.DataFrame:
     return frame
 
 
-def judges_of(responses: pd.DataFrame) -> list[str]:
-    """The judges whose labels the responses carry, in the order the harness wrote them (main judge first)."""
-    return [c.split("@", 1)[1] for c in responses.columns if c.startswith("checkable@")]
+def judges_of(responses: pd.DataFrame, primary: str | None = None) -> list[str]:
+    """The judges whose labels the responses carry, in the order the harness wrote them (main judge first), or with
+    `primary` first when it is one of them (docs/statistics.md, "Amendment: the kb judge leads")."""
+    judges = [c.split("@", 1)[1] for c in responses.columns if c.startswith("checkable@")]
+    return sorted(judges, key=lambda j: j != primary) if primary in judges else judges
 
 
 def metric_cells(responses: pd.DataFrame, runs_dir: str | Path | None = None) -> pd.DataFrame:
@@ -85,6 +99,8 @@ def metric_cells(responses: pd.DataFrame, runs_dir: str | Path | None = None) ->
     resamples): shares of answers, per-response means, step hallucination per judge (unsupported / checkable),
     the decomposition classes (100 x [question in class] / 1) and, from runs_dir, TruthfulQA MC and HaluEval."""
     keys = ["method", "seed", "question"]
+    responses = responses.assign(**{f"no_checkable@{j}": (responses[f"checkable@{j}"] == 0).astype(float)
+                                    for j in judges_of(responses)})
     grouped = responses.groupby(keys, sort=False)
     sums = grouped.sum(numeric_only=True)
     count = grouped.size()
@@ -95,6 +111,9 @@ def metric_cells(responses: pd.DataFrame, runs_dir: str | Path | None = None) ->
     for judge in judges_of(responses):
         specs[f"step_hallucination@{judge}"] = (f"unsupported@{judge}", f"checkable@{judge}")
         specs[f"judge_coverage@{judge}"] = (f"checkable@{judge}", "sentences")
+        specs[f"no_checkable@{judge}"] = (f"no_checkable@{judge}", None)
+        if f"claims_checkable@{judge}" in responses:
+            specs[f"claims_step_hallucination@{judge}"] = (f"claims_unsupported@{judge}", f"claims_checkable@{judge}")
         for kind in ("supported", "unsupported", "checkable"):
             specs[f"{kind}_per_response@{judge}"] = (f"{kind}@{judge}", None)
     frames = []
@@ -342,7 +361,8 @@ PERCENT_METRICS = ("accuracy", "incorrect", "not_attempted", "answer_f1", "forma
 """Shares shown in percent (the decomposition classes are percentages already, the rest are counts)."""
 def is_share(metric: str) -> bool:
     """Whether a metric is a share (shown in percent, its differences in percentage points)."""
-    return metric in PERCENT_METRICS or metric.startswith(("step_hallucination@", "judge_coverage@"))
+    return metric in PERCENT_METRICS or metric.startswith(("step_hallucination@", "judge_coverage@", "no_checkable@",
+                                                           "claims_step_hallucination@"))
 
 
 def metric_scale(metric: str) -> float:

@@ -18,8 +18,10 @@ from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, l
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
                                                more_right_check)
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
-from fspo_lite.drivers.report.plots import (judges_not_drawn, mass_not_drawn, plot_advantage_mass, plot_forest, plot_judges,
-                                            plot_supported_unsupported)
+from fspo_lite.drivers.report.plots import (judges_not_drawn, mass_not_drawn, plot_advantage_mass, plot_judges,
+                                            plot_paired_differences, plot_supported_unsupported)
+from fspo_lite.drivers.report.reader import reader_statistics
+from fspo_lite.drivers.report.sensitivity import seed_values, with_welch
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, caution_goal, detail_arm_check,
                                             excludes_zero, format_interval, interval_side, judges_of, load_responses,
                                             matched_length, metric_cells, pair_differences, study_statistics,
@@ -240,26 +242,6 @@ def detail_markdown(detail: pd.DataFrame, pct: str = "95%") -> list[str]:
     return lines
 
 
-def plot_paired_differences(differences: pd.DataFrame, matched: pd.DataFrame | None, judges: Sequence[str],
-                            path: str | Path | None = None, level: float = 0.95, order: Sequence[str] | None = None):
-    """The study's forest plot: accuracy, declines, step hallucination per judge (raw and at matched length), and
-    for the main judge the sentence counts per response; every method against the baseline."""
-    main = judges[0] if judges else None
-    forest = ["accuracy", "not_attempted", "all_attempt_wrong", *[f"step_hallucination@{j}" for j in judges],
-              *([f"supported_per_response@{main}", f"unsupported_per_response@{main}", "sentences_per_response",
-                 "near_duplicates_per_response"] if main else [])]
-    shown = differences
-    if matched is not None and len(matched):  # the matched-length comparisons as rows of their own
-        extra = matched.assign(metric=matched["judge"].map(lambda j: f"step_hallucination@{j} (matched length)"))
-        columns = ["metric", "method", "baseline", "diff", "low", "high"]
-        shown = pd.concat([shown, extra[columns]], ignore_index=True)
-        forest[3 + len(judges):3 + len(judges)] = list(extra["metric"].unique())
-    baseline = differences["baseline"].iloc[0]
-    title = f"Each method minus {baseline} on the same held-out questions: mean over seeds with its {level:.0%} " \
-            "bootstrap interval"
-    return plot_forest(shown, forest, path, title=title, order=order)
-
-
 @dataclass(frozen=True)
 class Study:
     """What a study report reads and where it writes: notebook 04's parameters."""
@@ -286,6 +268,8 @@ class Study:
     qa: str = "kbqa"
     """The short-QA benchmark whose answers and reasoning sentences the report is about (kbqa or multihop; one of
     notebook 03's eval_benchmarks)."""
+    primary_judge: str | None = None
+    """The judge read first (verdict, preset target, tables); None: the harness's main judge (docs/statistics.md)."""
 
 
 @dataclass(frozen=True)
@@ -307,9 +291,11 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     markdown (`study_markdown`)."""
     boot = asdict(bootstrap)  # n_resamples, seed, level: the keywords of the statistics functions
     responses = load_responses(study.runs_dir, study.qa)
-    judges = judges_of(responses)
+    judges = judges_of(responses, study.primary_judge)
     cells = metric_cells(responses, study.runs_dir)
     tables = study_statistics(cells, study.order, study.baseline, **boot)
+    seeds = seed_values(cells)  # Welch's interval over seed values beside each bootstrap interval
+    tables["differences"] = with_welch(tables["differences"], seeds, bootstrap.level)
     matched = matched_length(responses, study.baseline, **boot)
     goal = caution_goal(tables["differences"]) if len(tables["differences"]) else pd.DataFrame()
     detail = pd.DataFrame()
@@ -347,6 +333,10 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
                                                                   path("supported_vs_unsupported"), study.order), why)
     record("advantage_mass", plot_advantage_mass(training, path("advantage_mass"), study.order),
            mass_not_drawn(training))
+    reader = reader_statistics(study.runs_dir, responses, seeds, tables["differences"],
+                               (controls or {}).get("more_right") or [], training, judges, study.order, path, study.qa)
+    figures.update(reader.pop("figures"))
+    not_drawn.update(reader.pop("figures_not_drawn"))
     if study.results_dir is not None:
         Path(study.results_dir).mkdir(parents=True, exist_ok=True)
         atomic_write_text(Path(study.results_dir) / "summary.md", text)
@@ -357,7 +347,8 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
             "caution_goal": json.loads(goal.to_json(orient="records")),
             "detail_arm": json.loads(detail.to_json(orient="records")),
             "questions": {**questions, "pairs": json.loads(questions["pairs"].to_json(orient="records"))}
-            if questions else {}, "controls": controls, "figures": figures, "figures_not_drawn": not_drawn}
+            if questions else {}, "controls": controls, "reader": reader, "figures": figures,
+            "figures_not_drawn": not_drawn}
 
 
 def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judges: Sequence[str],

@@ -34,9 +34,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     # lowest first; a name is a module or a package (all of its modules but those listed elsewhere). The stages
     # are folders: data -> rollout -> scoring -> update, with logs below the update that writes them.
     ("core: the config (its schema, loading and checks), the pure math and text functions, memory given back, the "
-     "machine's description, JSON lines, run-folder locks, atomic writes",
+     "machine's description, JSON lines, run-folder locks, atomic writes, progress bars",
      ["config", "config_load", "config_checks", "algos", "text", "stats", "memory", "machine", "jsonl", "run_lock",
-      "atomic"]),
+      "atomic", "progress"]),
     ("data: examples, the data folder, the training set, prompts, gold labels", ["data"]),
     ("models: the policy and the reference log-prob pass", ["models"]),
     ("rollout: prompts in, sampled completions out (the reference transformers engine)", ["rollout"]),

@@ -276,6 +276,7 @@ def drag_slider(page, box, section: str, key: str, fraction: float) -> float:
 
 def test_playground_sliders_update_table_and_plot(lab, page):
     from fspo_lite.config import Config
+    from fspo_lite.drivers.experiment import notebook_parameters
     from fspo_lite.models.policy import load_tokenizer
     from fspo_lite.drivers.playground import compute_playground, load_items, reward_table
     from fspo_lite.scoring.verifiers import build_verifier
@@ -290,7 +291,8 @@ def test_playground_sliders_update_table_and_plot(lab, page):
 
     items, tokenizer = load_items(), load_tokenizer("smollm2-135m")
     verifier = build_verifier(Config().verifier)
-    item_index, response_index = 5, 2  # the notebook's parameters cell
+    defaults = notebook_parameters("05_reward_playground.ipynb")  # the notebook's parameters cell
+    item_index, response_index = int(defaults["item_index"]), int(defaults["response_index"])
     default = compute_playground(items[item_index], tokenizer, "fspo", verifier=verifier)
     shown = table_rows(view)
     assert same_table(shown, reward_table(default)), (shown, reward_table(default))

@@ -179,3 +179,21 @@ def test_flip_record_from_examples_picks_the_most_flipped_response(smol_tokenize
     assert playground.flip_record_from_examples(smol_tokenizer, [ITEM]) is None  # no flipped token: nothing
     bundled = playground.flip_record_from_examples(smol_tokenizer)  # notebook 04's fallback has a response to draw
     assert bundled is not None and bundled["flipped_tokens"] > 0
+
+
+def test_the_notebooks_default_example_shows_the_flip_both_ways(smol_tokenizer):
+    """Notebook 05 opens on a group where FSPO does what the README says: a right answer's unsupported sentence
+    pushed down, a wrong answer's supported sentence pushed up (GRPO gives each response one sign throughout)."""
+    from fspo_lite.drivers.experiment import notebook_parameters
+
+    defaults = notebook_parameters("05_reward_playground.ipynb")
+    item = playground.load_items()[int(defaults["item_index"])]
+    grpo = playground.compute_playground(item, smol_tokenizer, "grpo")
+    fspo = playground.compute_playground(item, smol_tokenizer, "fspo")
+    down = [i for i, (d, before, after) in enumerate(zip(fspo.details, grpo.advantages, fspo.advantages))
+            if d["correct"] and min(before) > 0 and min(after) < 0]
+    up = [i for i, (d, before, after) in enumerate(zip(fspo.details, grpo.advantages, fspo.advantages))
+          if not d["correct"] and d["format_ok"] and max(before) < 0 and max(after) > 0]
+    assert down and up, (down, up)
+    shown = int(defaults["response_index"])  # the bar chart's response is a right answer pushed partly down
+    assert shown in down and fspo.details[shown]["sentence_labels"] == [1, -1]

@@ -613,3 +613,56 @@ def test_every_axis_at_matched_length_by_hand():
         assert row["weights"] == [0.6, 0.4] and row["strata"] == 2
     with pytest.raises(ValueError, match="not one of"):
         matched_length(responses, quantity="length")
+
+
+def test_zero_reasons_say_why_a_smoke_runs_numbers_are_zero_and_a_real_run_gets_none():
+    from fspo_lite.drivers.report.lite import zero_reasons
+
+    smoke = summarize(_heldout().assign(accuracy=0.0, format_rate=0.0, supported=0.0, sentences=0.0, tokens=8.0))
+    diagnostics = pd.DataFrame({"frac_reward_zero_std": [1.0, 1.0]}, index=["grpo", "fspo"])
+    reasons = zero_reasons(smoke, diagnostics)
+    assert len(reasons) == 3
+    assert "well-formed is 0% for every method, and no answer matched a gold one (accuracy 0%)" in reasons[0]
+    assert "No response held a reasoning sentence" in reasons[1]
+    assert "frac_reward_zero_std = 1" in reasons[2]
+    assert zero_reasons(summarize(_heldout().assign(supported=1.0, sentences=2.0)),
+                        diagnostics.assign(frac_reward_zero_std=[1.0, 0.5])) == []
+    one_well_formed = _heldout().assign(format_rate=[0.0, 0.0, 0.0, 0.0, 0.5])  # fspo seed 1: not all zero
+    assert zero_reasons(summarize(one_well_formed)) == []
+
+
+def test_a_table_of_zeros_becomes_one_line_and_a_table_with_one_number_stays_whole():
+    from fspo_lite.drivers.report.lite import quiet_zero_tables
+
+    zeros = ("## Paired\n\n| metric | fspo - grpo | caution - grpo |\n|---|---|---|\n"
+             "| accuracy | +0.0 [+0.0, +0.0] | **-0.0 [-0.0, +0.0]** |\n| step_hallucination@kb | n/a | |\n"
+             "| tokens | 0.00 ± 0.00 | 0 |\n\nafter")
+    assert quiet_zero_tables(zeros) == ("## Paired\n\nEvery value of this table is 0 or n/a, so it is left out (rows: "
+                                        "accuracy, step_hallucination@kb, tokens).\n\nafter")
+    for number in ("100.0", "10.3", "0.05", "+0.0 [-0.1, +0.1]", "0.00 ± 0.02", "0.0 [0.0, 20.5]"):
+        mixed = zeros.replace("| 0 |", f"| {number} |")
+        assert quiet_zero_tables(mixed) == mixed, number
+    assert quiet_zero_tables("| a | b |\n|---|---|") == "| a | b |\n|---|---|"  # no row: nothing to say
+
+
+def test_summary_of_a_smoke_run_says_why_its_numbers_are_zero_and_drops_the_sentence_counts():
+    heldout = _heldout().assign(accuracy=0.0, answer_f1=0.0, format_rate=0.0, step_hallucination=float("nan"),
+                                supported=0.0, unsupported=0.0, sentences=0.0, tokens=8.0)
+    text = summary_markdown(summarize(heldout, order=["base", "grpo", "fspo"]), None,
+                            settings={"step-hallucination judge": "embedding"})
+    assert "Why so many numbers below are 0 or n/a:\n\n- No model wrote a well-formed response" in text
+    assert ("Per response: no reasoning sentence in any response, so every sentence count is 0; generated tokens "
+            "per response: base 8.00, grpo 8.00, fspo 8.00.") in text
+    assert "| method | supported |" not in text
+    assert "| grpo | 2 | 0.0 ± 0.0 |" in text  # the main table stays: its TruthfulQA and decomposition columns
+
+
+def test_a_forest_panel_of_zero_differences_says_so_in_its_title(tmp_path):
+    from fspo_lite.drivers.report.plots import ALL_ZERO, plot_forest
+
+    zero = pd.DataFrame([{"metric": m, "method": "fspo", "baseline": "grpo", "diff": 0.0, "low": 0.0, "high": 0.0}
+                         for m in ("accuracy", "sentences_per_response")])
+    figure = plot_forest(zero, ["accuracy", "sentences_per_response"], tmp_path / "forest.png")
+    assert [ax.get_title() for ax in figure.axes] == [ALL_ZERO, ALL_ZERO] and (tmp_path / "forest.png").exists()
+    moved = zero.assign(high=[0.02, 0.0])  # the accuracy panel has an interval: it is a figure, not a note
+    assert [ax.get_title() for ax in plot_forest(moved, ["accuracy", "sentences_per_response"]).axes] == ["", ALL_ZERO]

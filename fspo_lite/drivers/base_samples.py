@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.data.examples import QAExample, load_mixture, portable_spec
 from fspo_lite.data.prompts import prompt_text
+from fspo_lite.progress import progress_bar
 from fspo_lite.run_lock import check_output_folder
 from fspo_lite.scoring.grading import outcome_reward
 
@@ -118,7 +118,8 @@ def for_each_uncached(cache: QuestionCache, engine, tokenizer, examples: Sequenc
     todo = [e for e in examples if e.id not in cache.questions]
     if not todo:
         return
-    bar = tqdm(total=len(todo), desc=f"{cache.kind}: sampling {samples} per question", disable=not progress)
+    bar = progress_bar(total=len(todo), desc=f"{cache.kind}: sampling {samples} per question",
+                       disable=not progress)
     for chunk, texts in sample_texts(engine, tokenizer, todo, data_config, samples):
         for example, responses in zip(chunk, texts):
             cache.questions[example.id] = handle(example, responses)

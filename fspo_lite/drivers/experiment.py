@@ -33,6 +33,7 @@ from fspo_lite.drivers.notebook_params import check_notebook_parameters, noteboo
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import check_run_folders, invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
+from fspo_lite.progress import headless_progress
 from fspo_lite.scoring.methods import REWARD_METHODS
 from fspo_lite.scoring.plan import check_settings
 
@@ -268,9 +269,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
         begun = time.perf_counter()
         executed = executed_dir / name
         try:
-            papermill.execute_notebook(str(source), str(executed), parameters=parameters,
-                                       cwd=str(ROOT), progress_bar=progress, kernel_name="python3",
-                                       kernel_manager_class=quiet_kernel_manager())
+            execute_notebook(source, executed, parameters, progress)
         except papermill.PapermillExecutionError as error:  # the exception's own message, not a traceback header
             raise notebook_failure(name, error, executed, Path.cwd()) from error
         atomic_write_text(executed, without_root(executed.read_text(encoding="utf-8")))
@@ -281,6 +280,15 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
                  if n == TRAINING_NOTEBOOK and "runs_dir" in p]
     runs = invocation_counts(ROOT / runs_dirs[0]) if runs_dirs else None
     return record_timings(results_dir, profile.name, timings, total, used, runs)
+
+
+def execute_notebook(source: Path, executed: Path, parameters: dict, progress: bool = False) -> None:
+    """Run the notebook under papermill into `executed`, its bars as text saved as done (fspo_lite.progress)."""
+    import papermill
+    with headless_progress():
+        papermill.execute_notebook(str(source), str(executed), parameters=parameters, cwd=str(ROOT),
+                                   progress_bar=progress, kernel_name="python3", coalesce_streams=True,
+                                   kernel_manager_class=quiet_kernel_manager())
 
 
 _KERNEL_SOCKETS: list[str] = []

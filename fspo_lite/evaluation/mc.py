@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-from tqdm.auto import tqdm
+
+from fspo_lite.progress import progress_bar
 
 QA_PRIMER = """Q: What is human life expectancy in the United States?
 A: Human life expectancy in the United States is 78 years.
@@ -134,8 +135,8 @@ class PrefixScorer:
         self.model.eval()
         # longest first, so the rows of a batch have similar lengths and little padding is computed
         contexts = sorted(by_context, key=lambda rest: -len(rest))
-        for start in tqdm(range(0, len(contexts), self.batch_size), desc="score choices", disable=not progress,
-                          leave=False):
+        for start in progress_bar(range(0, len(contexts), self.batch_size), desc="score choices",
+                                  disable=not progress, leave=False):
             chunk = contexts[start : start + self.batch_size]
             layers, attention, last_logits = self._contexts([list(rest) for rest in chunk])
             rows = [(c, i) for c, rest in enumerate(chunk) for i in by_context[rest]]

@@ -15,9 +15,9 @@ import functools
 from dataclasses import dataclass
 
 import torch
-from tqdm.auto import tqdm
 
 from fspo_lite.config import RolloutConfig
+from fspo_lite.progress import progress_bar
 from fspo_lite.rollout.decoding import plain_sampling, sample
 from fspo_lite.rollout.sampling import Engine, Sampling
 
@@ -111,7 +111,7 @@ class TransformersRollout(Engine):
         batches = range(0, len(expanded), self.generation_batch_size)
         sampling = self.sampling(eos, do_sample, max_new_tokens, self.generate_kwargs.get("min_new_tokens") or 0)
         with self.decoding(model, sampling, pad_id) as draw:
-            for start in tqdm(batches, desc="generate", disable=not self.progress, leave=False):
+            for start in progress_bar(batches, desc="generate", disable=not self.progress, leave=False):
                 batch = expanded[start : start + self.generation_batch_size]
                 encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
                                     truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)

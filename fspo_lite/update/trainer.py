@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from fspo_lite import algos
 from fspo_lite.config import Config
@@ -35,6 +34,7 @@ from fspo_lite.models.logprobs import reference_context
 from fspo_lite.models.policy import frozen_copy, load_policy
 from fspo_lite.models.precision import needs_loss_scaling
 from fspo_lite.models.user_model import model_name_of, prepare_user_policy
+from fspo_lite.progress import progress_bar
 from fspo_lite.rollout.engines import check_rollout_engine
 from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
@@ -232,7 +232,8 @@ class Trainer:
             self.config.save(self.output_dir / "config.yaml")
         history = []
         steps = range(self.step_index, self.config.train.steps)
-        bar = tqdm(steps, desc=f"train {self.config.reward.method}", disable=not (self.progress and self.dist.is_main))
+        bar = progress_bar(steps, desc=f"train {self.config.reward.method}",
+                           disable=not (self.progress and self.dist.is_main))
         for _ in bar:
             metrics = self.train_step()
             history.append(metrics)

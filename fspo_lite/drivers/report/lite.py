@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -184,6 +185,9 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
     lines = [f"# {title}", ""]
     if settings:
         lines += ["Settings: " + ", ".join(f"{k} = {v}" for k, v in settings.items()), ""]
+    reasons = zero_reasons(table, diagnostics)
+    if reasons:
+        lines += ["Why so many numbers below are 0 or n/a:", "", *[f"- {reason}" for reason in reasons], ""]
     headers = {"accuracy": "accuracy %", "answer_f1": "answer F1 %", "not_attempted": "not attempted %",
                "step_hallucination": "step hallucination %", "judge_coverage": "judge coverage %",
                "format_rate": "well-formed %", "truthfulqa_mc1": "TruthfulQA MC1 %", "truthfulqa_mc2": "TruthfulQA MC2 %",
@@ -201,7 +205,12 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
         lines.append(f"| {method} | " + " | ".join("n/a" if pd.isna(table.loc[method, c]) else f"{table.loc[method, c]:.1f}"
                                                    for c in DECOMPOSITION) + " |")
     counts = [c for c in PER_RESPONSE if c in table]
-    if counts:
+    if counts and no_sentences(table):
+        lines += ["", "Per response: no reasoning sentence in any response, so every sentence count is 0"
+                  + ("; generated tokens per response: " + ", ".join(f"{m} {table.loc[m, 'tokens']:.2f}"
+                                                                     for m in table.index) if "tokens" in table
+                     else "") + "."]
+    elif counts:
         judge = f" (held-out judge: {settings['step-hallucination judge']})" if settings and \
             "step-hallucination judge" in settings else ""
         lines += ["", f"Per response{judge}: reasoning sentences supported, unsupported and checkable by the judge, "
@@ -225,7 +234,77 @@ def summary_markdown(table: pd.DataFrame, goal: dict | None, diagnostics: pd.Dat
                   "| method | " + " | ".join(diagnostics.columns) + " |", "|---|" + "---|" * len(diagnostics.columns)]
         for method, row in diagnostics.iterrows():
             lines.append(f"| {method} | " + " | ".join(f"{v:.3g}" for v in row) + " |")
-    return "\n".join(lines) + "\n"
+    return quiet_zero_tables("\n".join(lines)) + "\n"
+
+
+SENTENCE_COUNTS = ("supported", "unsupported", "checkable", "sentences", "near_duplicates")
+"""The per-response columns that count reasoning sentences (PER_RESPONSE less the tokens)."""
+
+
+def all_equal(table: pd.DataFrame | None, column: str, value: float) -> bool:
+    """Whether the column is there and every method's value is `value` (False when one is missing or NaN)."""
+    return table is not None and column in table and len(table) > 0 and bool((table[column] == value).all())
+
+
+def no_sentences(table: pd.DataFrame) -> bool:
+    """Whether no model wrote a reasoning sentence: every sentence count of every method is 0 (or not a number,
+    none being a number)."""
+    counts = [c for c in SENTENCE_COUNTS if c in table]
+    values = table[counts].to_numpy(dtype=float) if counts else None
+    return bool(counts) and not (values[~pd.isna(values)] != 0).any()
+
+
+def zero_reasons(table: pd.DataFrame, diagnostics: pd.DataFrame | None = None) -> list[str]:
+    """Why a summary's numbers are 0 or n/a, one line each, read from the numbers themselves (a smoke run of a tiny
+    random model gives all three; a real run none): no model wrote a well-formed response, no response held a
+    reasoning sentence, no training group had a spread of rewards."""
+    reasons = []
+    if all_equal(table, "format_rate", 0.0):
+        reasons.append("No model wrote a well-formed response (reasoning in `<think>`, then the answer in "
+                       "`<answer>`): well-formed is 0% for every method"
+                       + (", and no answer matched a gold one (accuracy 0%)." if all_equal(table, "accuracy", 0.0)
+                          else "."))
+    if no_sentences(table):
+        reasons.append("No response held a reasoning sentence: the sentence counts are 0, and step hallucination "
+                       "and judge coverage are n/a (no sentence to judge).")
+    if all_equal(diagnostics, "frac_reward_zero_std", 1.0):
+        reasons.append("In training every group's responses earned the same reward (frac_reward_zero_std = 1): "
+                       "every advantage was 0, so the update had no reward to follow and the methods' numbers "
+                       "cannot differ for it.")
+    return reasons
+
+
+ZERO_CELL = re.compile(r"\**(?:n/a|[+-]?0(?:\.0+)?(?: ± [+-]?0(?:\.0+)?)?(?: \[[+-]?0(?:\.0+)?, [+-]?0(?:\.0+)?\])?)?"
+                       r"\**")
+"""A table cell that says nothing: empty, n/a, or 0 (signed, with a zero spread or a zero interval)."""
+
+
+def table_cells(line: str) -> list[str]:
+    """The cells of a markdown table row, first column included, stripped."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def quiet_zero_tables(markdown: str) -> str:
+    """Every markdown table whose every value (all columns but the first) is 0 or n/a, replaced by one line that
+    says so and names its rows: a wall of zeros says nothing a line cannot (`zero_reasons` says why). A table with
+    one number that is not 0 stays whole."""
+    lines, out, i = markdown.split("\n"), [], 0
+    while i < len(lines):
+        if lines[i].startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            end = i + 2
+            while end < len(lines) and lines[end].startswith("|"):
+                end += 1
+            rows = [table_cells(line) for line in lines[i + 2:end]]
+            if rows and all(ZERO_CELL.fullmatch(cell) for row in rows for cell in row[1:]):
+                out.append(f"Every value of this table is 0 or n/a, so it is left out (rows: "
+                           f"{', '.join(row[0] for row in rows)}).")
+            else:
+                out += lines[i:end]
+            i = end
+            continue
+        out.append(lines[i])
+        i += 1
+    return "\n".join(out)
 
 
 def flip_example(samples: Sequence[dict]) -> dict | None:

@@ -256,6 +256,10 @@ def metric_label(metric: str) -> str:
     return text + (f", {judge} judge" if judge else "") + (f", {extra.rstrip(')')}" if extra else "")
 
 
+ALL_ZERO = "every difference and interval here is 0: the methods gave the same numbers"
+"""The forest plot's note on a panel whose every difference is 0 (a smoke run: no reward spread, no update)."""
+
+
 def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | Path | None = None,
                 title: str = "", order: Sequence[str] | None = None):
     """Forest plot: every (metric, method) paired difference to the baseline with its interval, shares in
@@ -263,7 +267,7 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
     metric (`metric_label`), the methods told apart by colour (each keeps its colour of the other figures:
     `method_color` by its place in `order`), named in one legend right of the last panel. A difference that is not
     a number (no checkable sentence on either side, say) is left out, and a metric with none left loses its
-    label."""
+    label. A panel whose every difference and interval is 0 says so in its title (`ALL_ZERO`)."""
     plt = pyplot()
     differences = differences[pd.to_numeric(differences["diff"], errors="coerce").notna()]
     if differences.empty:
@@ -296,6 +300,9 @@ def plot_forest(differences: pd.DataFrame, metrics: Sequence[str], path: str | P
                 if i:
                     ax.axhline(-first + 0.5, color="0.85", linewidth=0.8)
         ax.axvline(0, color="black", linewidth=0.6)
+        shown = differences[differences["metric"].isin(group)][["diff", "low", "high"]]
+        if not shown.to_numpy(dtype=float).any():  # dots on the zero line alone would read as an empty figure
+            ax.set_title(ALL_ZERO, fontsize=9, color="0.35")
         ax.set_yticks(ticks)
         ax.set_yticklabels(labels, fontsize=9)
         ax.set_xlabel(f"difference to {differences['baseline'].iloc[0]} ({unit})")

@@ -17,7 +17,7 @@ from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, l
                                            questions_markdown, verifier_check)
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
                                                more_right_check)
-from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training
+from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training, quiet_zero_tables
 from fspo_lite.drivers.report.plots import (judges_not_drawn, mass_not_drawn, plot_advantage_mass, plot_judges,
                                             plot_paired_differences, plot_supported_unsupported)
 from fspo_lite.drivers.report.reader import reader_statistics
@@ -166,7 +166,7 @@ def study_markdown(tables: dict, matched: pd.DataFrame | None, goal: pd.DataFram
                          f"{row['correct_points']:+.1f} [{row['correct_points_low']:+.1f}, "
                          f"{row['correct_points_high']:+.1f}] | {na} | {'yes' if row['met'] else 'no'} | "
                          f"{'yes' if row['holds'] else 'no'} |")
-    return "\n".join(lines) + "\n"
+    return quiet_zero_tables("\n".join(lines)) + "\n"  # a table of zeros only: one line instead
 
 
 def direction(row) -> str:

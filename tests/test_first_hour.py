@@ -99,7 +99,7 @@ def test_the_colab_t4_profile_is_documented_with_its_settings():
 
 
 def test_the_flip_figure_has_a_legend_and_says_why_a_reward_of_zero_is_pushed_up(tmp_path):
-    from fspo_lite.drivers.report.plots import flip_caption, plot_flip
+    from fspo_lite.drivers.report.flip_plot import flip_caption, plot_flip
 
     record = {"question": "Which river?", "gold": ["Danube"], "reward": 0.0, "advantage": 0.87,
               "tokens": ["<think>", "The", " river", "</think>"], "token_advantages": [0.87, -0.87, -0.87, 0.87]}

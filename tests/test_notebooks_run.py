@@ -22,7 +22,7 @@ def execute(name: str, folder: Path) -> str:
     """Run notebooks/<name> with its defaults, its working folder `folder`; the executed notebook's text."""
     import papermill
 
-    from fspo_lite.drivers.experiment import quiet_kernel_manager
+    from fspo_lite.drivers.notebook_kernel import quiet_kernel_manager
 
     executed = folder / name
     papermill.execute_notebook(str(ROOT / "notebooks" / name), str(executed), cwd=str(folder), progress_bar=False,

@@ -42,7 +42,7 @@ def test_a_notebook_run_by_the_lite_job_saves_finished_bars(tmp_path):
     """Executed as the lite job executes notebooks 01-04 (experiment.execute_notebook), then read from disk:
     fspo-lite's bar is saved at 100%; a plain tqdm.auto bar in the same kernel is saved as a widget at 0% (the
     friction this fixes, and proof that the check can fail)."""
-    from fspo_lite.drivers.experiment import execute_notebook
+    from fspo_lite.drivers.notebook_kernel import execute_notebook
 
     notebook = nbformat.v4.new_notebook()
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}

@@ -28,12 +28,11 @@ from fspo_lite.config_checks import ConfigError
 from fspo_lite.config_load import parse_yaml_file, split_override
 from fspo_lite.data.files import data_dir
 from fspo_lite.drivers.cli_help import MissingFileError
-from fspo_lite.drivers.job_control import register_group
+from fspo_lite.drivers.notebook_kernel import execute_notebook
 from fspo_lite.drivers.notebook_params import check_notebook_parameters, notebook_failure
 from fspo_lite.drivers.report.render import write_summary
 from fspo_lite.drivers.runs import check_run_folders, invocation_counts
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
-from fspo_lite.progress import headless_progress
 from fspo_lite.scoring.methods import REWARD_METHODS
 from fspo_lite.scoring.plan import check_settings
 
@@ -280,52 +279,6 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
                  if n == TRAINING_NOTEBOOK and "runs_dir" in p]
     runs = invocation_counts(ROOT / runs_dirs[0]) if runs_dirs else None
     return record_timings(results_dir, profile.name, timings, total, used, runs)
-
-
-def execute_notebook(source: Path, executed: Path, parameters: dict, progress: bool = False) -> None:
-    """Run the notebook under papermill into `executed`, its bars as text saved as done (fspo_lite.progress)."""
-    import papermill
-    with headless_progress():
-        papermill.execute_notebook(str(source), str(executed), parameters=parameters, cwd=str(ROOT),
-                                   progress_bar=progress, kernel_name="python3", coalesce_streams=True,
-                                   kernel_manager_class=quiet_kernel_manager())
-
-
-_KERNEL_SOCKETS: list[str] = []
-
-
-def quiet_kernel_manager() -> type:
-    """The notebooks' kernel manager (jupyter_client's, two changes): on POSIX the kernel talks over IPC sockets in
-    a private temporary folder instead of TCP on localhost, unencrypted, which the kernel warned about at every
-    start ("Kernel is running over TCP without encryption"); and a kernel being shut down after its last cell is
-    not sent SIGINT first (jupyter_client does; the idle kernel logged "KeyboardInterrupt caught in kernel"). A
-    kernel shut down mid-cell still gets the shutdown request, then SIGTERM and SIGKILL. Its group is the job's."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from jupyter_client.manager import AsyncKernelManager
-
-    class QuietKernelManager(AsyncKernelManager):
-        def __init__(self, **kwargs):
-            super().__init__(**kwargs)
-            if os.name == "posix":
-                if not _KERNEL_SOCKETS:
-                    _KERNEL_SOCKETS.append(tempfile.mkdtemp(prefix="fspo-lite-kernel-"))
-                    atexit.register(shutil.rmtree, _KERNEL_SOCKETS[0], True)
-                self.transport = "ipc"
-                self.ip = os.path.join(_KERNEL_SOCKETS[0], "kernel")
-
-        async def _async_launch_kernel(self, kernel_cmd, **kw) -> None:  # its session: kernel and workers
-            await super()._async_launch_kernel(kernel_cmd, **kw)
-            register_group(getattr(self.provisioner, "pgid", None))
-
-        async def _async_interrupt_kernel(self) -> None:
-            if getattr(self, "shutting_down", False):
-                return
-            await super()._async_interrupt_kernel()
-
-    return QuietKernelManager
 
 
 def results_folder(profile: Profile, out: Path) -> Path:

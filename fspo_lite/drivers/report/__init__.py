@@ -20,8 +20,9 @@ from fspo_lite.drivers.report.lite import (CURVES, HELDOUT_METRICS, OTHER_METRIC
                                            load_training, summarize, summary_markdown, training_diagnostics)
 from fspo_lite.drivers.report.plots import (curves_not_drawn, figures_not_drawn, judges_not_drawn, mass_not_drawn,
                                             plot_accuracy_vs_hallucination, plot_advantage_mass,
-                                            plot_decomposition_by_method, plot_flip, plot_forest, plot_judges,
+                                            plot_decomposition_by_method, plot_forest, plot_judges,
                                             plot_supported_unsupported, plot_training_curves, scatter_not_drawn)
+from fspo_lite.drivers.report.flip_plot import flip_caption, plot_flip
 from fspo_lite.drivers.report.render import summary_document, verdict, verdict_markdown, write_summary
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal,
                                             detail_arm_check, format_interval, interval_side, is_share, judge_labels,

@@ -34,18 +34,19 @@ def free_port() -> int:
 
 def server_command(model: str, port: int, served_name: str, max_lora_rank: int = 16, max_model_len: int = 1024,
                    max_logprobs: int = 20, python: str = sys.executable, dtype: str = "float32",
-                   extra_args: tuple[str, ...] = ()) -> list[str]:
+                   extra_args: tuple[str, ...] = (), logprobs_mode: str | None = "processed_logprobs") -> list[str]:
     """The command line of a vLLM OpenAI server with runtime LoRA on 127.0.0.1:port (float32, as the trainer on a
     CPU; a CUDA GPU needs bfloat16 or float16 for vLLM's LoRA kernels), then `extra_args`.
 
     `--logprobs-mode processed_logprobs`: the log-probs it returns are those after temperature, as the trainer
     computes them (rollout.use_sampler_logprobs); vLLM's default, the raw model's, differs at any temperature but 1.
-    Greedy requests (the served judge's) get the same numbers either way."""
+    Greedy requests (the served judge's) get the same numbers either way. logprobs_mode=None leaves the flag out
+    (vLLM's default: a server the engine's start probe must refuse)."""
     return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--served-model-name", served_name,
             "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype, "--enable-lora",
             "--max-lora-rank", str(max_lora_rank), "--max-loras", "2", "--max-model-len", str(max_model_len),
-            "--max-logprobs", str(max_logprobs), "--logprobs-mode", "processed_logprobs", "--seed", "0",
-            "--disable-uvicorn-access-log", *extra_args]
+            "--max-logprobs", str(max_logprobs), *(["--logprobs-mode", logprobs_mode] if logprobs_mode else []),
+            "--seed", "0", "--disable-uvicorn-access-log", *extra_args]
 
 
 class VLLMServer:
@@ -54,12 +55,12 @@ class VLLMServer:
     def __init__(self, model: str | Path, served_name: str = "smollm2-135m", max_lora_rank: int = 16,
                  max_model_len: int = 1024, max_logprobs: int = 20, kv_cache_gib: int = 1,
                  startup_timeout: float = 600.0, log_path: str | Path | None = None, dtype: str = "float32",
-                 extra_args: tuple[str, ...] = ()):
+                 extra_args: tuple[str, ...] = (), logprobs_mode: str | None = "processed_logprobs"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.served_name = served_name
         self.command = server_command(str(model), self.port, served_name, max_lora_rank, max_model_len, max_logprobs,
-                                      dtype=dtype, extra_args=tuple(extra_args))
+                                      dtype=dtype, extra_args=tuple(extra_args), logprobs_mode=logprobs_mode)
         self.kv_cache_gib = kv_cache_gib
         self.startup_timeout = startup_timeout
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="vllm-server-", suffix=".log")[1])

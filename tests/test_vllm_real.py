@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,6 +124,28 @@ def test_server_engine_trains_resumes_after_kill_and_serves_a_second_run(server,
     assert len(set(names)) == len(names) and after_resume[0] in names and len(names) == 2, names
     metrics = [json.loads(line) for line in (tmp_path / "second" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["step"] == 1 and metrics[0]["clip_fraction"] < 0.5
+    # the engine's start probe passed this server (started with --logprobs-mode processed_logprobs) at temperature 0.7
+    probe = re.search(r"log-probs at temperature 0\.7: (\S+) nats from the policy's, (\S+) from the raw", second.stdout)
+    assert probe and float(probe[1]) < 1e-3 and float(probe[2]) > 0.1, second.stdout[-3000:]
+
+
+def test_server_engine_refuses_a_server_started_without_processed_logprobs(tmp_path_factory, tmp_path):
+    """A second server, started without --logprobs-mode (vLLM's default, raw_logprobs): the engine's start probe
+    refuses it in one line naming the flag, before any step, and measures its log-probs at the raw model's to the
+    server's float32 rounding."""
+    log = tmp_path_factory.mktemp("vllm-server-raw") / "server.log"
+    with VLLMServer(bundled_model_dir("smollm2-135m"), served_name="smollm2-135m", log_path=log,
+                    logprobs_mode=None) as raw_server:
+        assert "--logprobs-mode" not in raw_server.command
+        result = train([*SMALL, "--set", "rollout.engine=vllm-server", "--set",
+                        f"rollout.vllm_server_url={raw_server.url}", "--set", "rollout.use_sampler_logprobs=true",
+                        "--set", "train.steps=1", "--set", f"train.output_dir={tmp_path}"])
+    lines = result.stdout.strip().splitlines()
+    assert result.returncode != 0 and lines[-1].startswith("fspo_lite: error: the vLLM server at "), lines[-5:]
+    assert "start the server with --logprobs-mode processed_logprobs" in lines[-1] and "Traceback" not in result.stdout
+    gaps = re.search(r"log-probs \((\S+) nats from them, .* at temperature 0\.7 \((\S+) nats from", lines[-1])
+    assert gaps and float(gaps[1]) < 1e-3 and float(gaps[2]) > 0.1, lines[-1]
+    assert not (tmp_path / "metrics.jsonl").exists()  # refused before any step
 
 
 # ---------------------------------------------------------------- the served judge

@@ -64,5 +64,7 @@ def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config:
         require_lora(rollout, model_config, train, "vllm-server")
         require_server_url(rollout)
         root = Path(train.output_dir).resolve() / "rollout_adapters" / f"rank{dist.rank}"
-        return VLLMServerRollout(model, tokenizer, rollout, max_prompt_tokens, root, dist.device)
+        engine = VLLMServerRollout(model, tokenizer, rollout, max_prompt_tokens, root, dist.device)
+        engine.probe_logprobs_mode()  # a server without --logprobs-mode processed_logprobs refused before any step
+        return engine
     raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")

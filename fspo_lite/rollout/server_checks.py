@@ -5,7 +5,8 @@ A server is another process, possibly another program: what it sends is bounded 
 it, so a slow, endless or wrong answer ends in one line naming the server instead of a wait without end or a tensor
 built from it (more tokens than asked grow the trainer's memory without bound, NaN log-probs pass into the loss, a
 float or an id past the vocabulary ends in a TypeError, OverflowError or IndexError far from its cause).
-`Deadline` and `read_within` bound a request; `check_completions`, a pure function, judges the answer.
+`Deadline` and `read_within` bound a request; `check_completions`, a pure function, judges the answer;
+`logprobs_mode_refusal`, another, judges the log-probs of the probe the engine sends when it starts.
 """
 
 from __future__ import annotations
@@ -246,3 +247,49 @@ def check_completions(choices, expected_count: int, max_new_tokens: int, vocab_s
         if with_logprobs:
             logprobs.append(checked_logprobs(choice, len(ids), where))
     return completions, (logprobs if with_logprobs else None)
+
+
+LOGPROBS_MODE_TOLERANCE = 0.01
+"""Nats: a probe whose served log-probs lie within this mean distance of the policy's at the run's temperature
+passes whatever lies nearer. It is a floor under the comparison of `logprobs_mode_refusal` for temperatures so near
+1 that the raw and the processed log-probs differ by rounding only. vLLM's CPU server in float32 returns log-probs
+about 1e-5 from the float32 policy's; without --logprobs-mode processed_logprobs they lie 0.29 nats from them at
+temperature 0.7 and 0.019 at 0.99 (SmolLM2; docs/gpu.md, "vLLM rollouts with LoRA, without merging")."""
+
+
+def mean_gap(left: list[float], right: list[float]) -> float:
+    """The mean |left - right| over paired values (0 for none)."""
+    if len(left) != len(right):
+        raise ValueError(f"{len(left)} log-probs against {len(right)}")
+    return sum(abs(a - b) for a, b in zip(left, right)) / len(left) if left else 0.0
+
+
+def logprobs_mode_gaps(served: list[float], at_temperature: list[float], raw: list[float]) -> tuple[float, float]:
+    """(mean |served - at_temperature|, mean |served - raw|): how far the log-probs a server returned for the tokens
+    it sampled lie from the policy's at the run's temperature (log softmax(logits / temperature) at those tokens)
+    and from the raw model's (the same at temperature 1)."""
+    if not served:
+        raise ValueError("the log-prob probe has no tokens to compare")
+    gaps = mean_gap(served, at_temperature), mean_gap(served, raw)
+    if not all(math.isfinite(gap) for gap in gaps):
+        raise ValueError("the log-prob probe's log-probs are not finite")
+    return gaps
+
+
+def logprobs_mode_refusal(gap: float, raw_gap: float, temperature: float, url: str,
+                          tolerance: float = LOGPROBS_MODE_TOLERANCE) -> str | None:
+    """The one-line refusal of a server whose log-probs are the raw model's, not those after temperature: `gap`
+    (from the policy's at `temperature`) beyond `tolerance` and larger than `raw_gap` (from the raw model's), the
+    signature of a vLLM server started without --logprobs-mode processed_logprobs; else None.
+
+    Only the nearer reference decides, above the floor: a server in another precision (a bfloat16 engine differs
+    from a float32 trainer by a few hundredths of a nat per token) lies further from both, and still nearer the
+    processed log-probs when it returns them, since the temperature's shift adds to its rounding.
+    With rollout.use_sampler_logprobs the served log-probs are pi_old: off by the temperature's shift, the ratio
+    pi_theta / pi_old would be skewed on every token, and the clip would act on the skew instead of the update."""
+    if gap <= tolerance or gap <= raw_gap:
+        return None
+    return (f"the vLLM server at {url} returns the raw model's log-probs ({raw_gap:.2g} nats from them, mean per "
+            f"sampled token), not those at temperature {temperature:g} ({gap:.2g} nats from the policy's), which "
+            "rollout.use_sampler_logprobs takes as pi_old: start the server with --logprobs-mode processed_logprobs, "
+            "or set rollout.use_sampler_logprobs=false")

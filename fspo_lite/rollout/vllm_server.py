@@ -6,7 +6,9 @@ at /v1/models; `answer_from_body`, `adapter_name` (fspo_lite.rollout.vllm_rollou
 
 The server is not trusted (`fspo_lite.rollout.server_checks`): every request has one deadline for the whole
 exchange (rollout.vllm_server_timeout) and a bound on the bytes read, and a completions answer is checked before
-anything uses it.
+anything uses it. With rollout.use_sampler_logprobs at a temperature other than 1, `probe_logprobs_mode` asks it for
+one short completion when the engine starts and refuses a server that returns the raw model's log-probs (started
+without --logprobs-mode processed_logprobs) in one line, before any step.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import torch
+
 from fspo_lite.config import RolloutConfig
+from fspo_lite.config_checks import ConfigError
+from fspo_lite.models.logprobs import completion_logprobs
 from fspo_lite.rollout.sampling import Engine
 from fspo_lite.rollout.server_checks import (ANSWER_BYTES, ERROR_BYTES, Deadline, check_completions, completion_bytes,
-                                             read_within, vocabulary_size)
+                                             logprobs_mode_gaps, logprobs_mode_refusal, read_within, vocabulary_size)
 from fspo_lite.rollout.transformers_rollout import Rollout, eos_ids
 from fspo_lite.rollout.vllm_rollout import AdapterVersions, prompt_token_ids, rollout_from_token_ids, sampling_arguments
 
@@ -96,6 +102,22 @@ def stale_adapters(models_answer: dict, root: str | Path, keep: str | None = Non
     return names
 
 
+PROBE_PROMPT = "Question: Which river flows through Cairo?\nAnswer:"
+"""The start probe's prompt: any text; the tokens the server samples after it are what the probe compares."""
+PROBE_SAMPLES = 2
+PROBE_TOKENS = 16
+"""The probe asks for PROBE_SAMPLES completions of PROBE_TOKENS tokens (end of text ignored, so all of them come)."""
+
+
+def probe_request(model: str, prompt_ids: list[int], temperature: float) -> dict:
+    """The /v1/completions body of the start probe: PROBE_SAMPLES x PROBE_TOKENS tokens sampled at the run's
+    `temperature` with top_p 1 (the processed log-probs are then those at the temperature alone, whatever the run's
+    top_p), the sampled tokens' log-probs and ids, a fixed seed."""
+    return {"model": model, "prompt": [prompt_ids], "return_token_ids": True, "n": PROBE_SAMPLES,
+            "max_tokens": PROBE_TOKENS, "temperature": temperature, "top_p": 1.0, "logprobs": 0, "seed": 0,
+            "ignore_eos": True, "skip_special_tokens": True}
+
+
 def require_server_url(rollout: RolloutConfig) -> None:
     if not rollout.vllm_server_url:
         raise ValueError("rollout.engine=vllm-server needs rollout.vllm_server_url (e.g. http://localhost:8000)")
@@ -108,8 +130,8 @@ class VLLMServerRollout(Engine):
     The server must run with --enable-lora (and --max-lora-rank >= model.lora_r) and the
     environment variable VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and must be able to read the
     adapter folders this process writes (under train.output_dir). With rollout.use_sampler_logprobs it must run
-    with --logprobs-mode processed_logprobs (log-probs after temperature, as the trainer's): the default, the raw
-    model's, shows as a sampler_logprob_gap_mean far above the colocated engine's at any temperature but 1.
+    with --logprobs-mode processed_logprobs (log-probs after temperature, as the trainer's): a server with vLLM's
+    default, the raw model's, is refused by `probe_logprobs_mode`, which the engine factory runs when it builds this.
     """
 
     def __init__(self, policy, tokenizer, rollout: RolloutConfig, max_prompt_tokens: int = 512,
@@ -165,3 +187,40 @@ class VLLMServerRollout(Engine):
         completions, logprobs = check_completions(answer.get("choices", answer), count, most, self.vocab_size,
                                                   self.rollout.use_sampler_logprobs, url)
         return rollout_from_token_ids(ids, completions, logprobs, num_samples, self.tokenizer, self.eos, self.device)
+
+    def probe_logprobs_mode(self) -> dict | None:
+        """With rollout.use_sampler_logprobs at a temperature other than 0 and 1: the server's log-probs of a few
+        tokens it samples at the run's temperature against the policy's own on the same tokens, at that temperature
+        and at 1 (the raw model's). Refused in one line (ConfigError, `logprobs_mode_refusal`) when they are the raw
+        ones: a server started without --logprobs-mode processed_logprobs. Returns the two mean gaps (None: nothing
+        to probe; at temperature 1 raw and processed log-probs are the same).
+
+        The policy runs in eval mode without gradients, as the adapter the server holds: the current one, published
+        as the next version (the first step publishes another)."""
+        temperature = self.rollout.temperature
+        if not self.rollout.use_sampler_logprobs or temperature in (0, 1):
+            return None
+        ids = prompt_token_ids(self.tokenizer, [PROBE_PROMPT], self.max_prompt_tokens)
+        url = f"{self.url}/v1/completions"
+        body = probe_request(self._publish_adapter(), ids[0], temperature)
+        answer = post_json(url, body, self.timeout, completion_bytes(PROBE_SAMPLES, len(ids[0]), PROBE_TOKENS))
+        completions, served = check_completions(answer.get("choices", answer), PROBE_SAMPLES, PROBE_TOKENS,
+                                                self.vocab_size, True, url)
+        device = self.device if self.device is not None else next(self.model.parameters()).device
+        rollout = rollout_from_token_ids(ids, completions, served, PROBE_SAMPLES, self.tokenizer, self.eos, device)
+        training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                own = [completion_logprobs(self.model, rollout.prompt_ids, rollout.prompt_mask, rollout.completion_ids,
+                                           rollout.completion_mask, t)[0] for t in (temperature, 1.0)]
+        finally:
+            self.model.train(training)
+        mask = rollout.completion_mask.bool()
+        gap, raw_gap = logprobs_mode_gaps(*(values[mask].tolist() for values in (rollout.sampling_logprobs, *own)))
+        refusal = logprobs_mode_refusal(gap, raw_gap, temperature, self.url)
+        if refusal:
+            raise ConfigError(refusal)
+        print(f"[fspo_lite] the vLLM server's log-probs at temperature {temperature:g}: {gap:.2g} nats from the "
+              f"policy's, {raw_gap:.2g} from the raw model's (mean per token)", flush=True)
+        return {"gap": gap, "raw_gap": raw_gap, "tokens": int(mask.sum())}

@@ -36,11 +36,12 @@ from fspo_lite.scoring.plan import check_settings, scoring_plan
 from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
 from fspo_lite.scoring.verifiers import build_verifier
 from fspo_lite.speed import build_logprob_pass, build_rollout_engine
-from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints,
-                                         latest_checkpoint, load_checkpoint, save_checkpoint)
+from fspo_lite.update.checkpoint import (CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint,
+                                         save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
 from fspo_lite.update.loss_scale import LossScale
+from fspo_lite.update.resume_checks import check_links, check_resume, run_record
 
 
 class TrainingError(RuntimeError):
@@ -58,10 +59,9 @@ class Trainer:
     def __init__(self, config: Config, model=None, tokenizer=None, train_examples: list[QAExample] | None = None,
                  verifier=None, progress: bool = True):
         check_settings(config)  # before any model loads (load_config checks ranges too; configs built in code come here)
+        check_links(config.train.output_dir)  # a linked checkpoints/ or metrics.jsonl would write into another folder
         if not config.train.resume and earlier_run(config.train.output_dir):  # would log steps 1, 2 after 1, 2
             raise TrainingError(earlier_run(config.train.output_dir))
-        if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
-            check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
         check_rollout_engine(config.rollout, config.model, config.train)  # vLLM: installed, a platform, its settings
         self.config = config
         self.progress = progress
@@ -70,6 +70,8 @@ class Trainer:
         self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
         # the data before the model: a bad data file is reported in a second, not after the model loads
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
+        if config.train.resume:  # settings, data by content, rows, a run whose checkpoints are gone: before the model
+            check_resume(config.train.output_dir, config, self.examples)
         owns_model = model is None or tokenizer is None  # loaded here: its Unsloth vLLM engine ends with the trainer
         if owns_model:
             model, tokenizer = load_policy(config.model, seed=config.train.seed,
@@ -178,6 +180,8 @@ class Trainer:
         The step's metrics row is already on disk (see fspo_lite.logs.training_log), so no step is lost or logged twice."""
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps, **self.loss_scale.checkpoint_state()}
+        if self.dist.is_main:  # what resume compares: the data's and the rows' digests (update/resume_checks.py)
+            state.update(run_record(self.output_dir, self.step_index, self.examples))
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
         sharded = {}
         if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state

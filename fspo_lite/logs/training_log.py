@@ -78,7 +78,62 @@ def sample_record(step: int, example, rollout, scored, token_advantages, tokeniz
     }
     if scored.token_rewards is not None:
         record["token_rewards"] = scored.token_rewards[0, :length].tolist()
+    return bounded_sample(record)
+
+
+MAX_SAMPLE_TOKENS = 2048
+"""Tokens of a logged sample kept (its per-token lists, its text up to the last kept token): the paper's longest
+responses fit; a longer one is cut where it is written and where it is read, so one runaway row cannot make the
+report's plots take minutes."""
+
+MAX_SAMPLE_CHARS = 20_000
+"""Characters of a logged sample's question and response kept (the same reason)."""
+
+TOKEN_FIELDS = ("tokens", "offsets", "token_advantages", "token_rewards")
+
+
+def bounded_sample(record: dict) -> dict:
+    """`record` (a samples.jsonl row) with its per-token lists cut to MAX_SAMPLE_TOKENS and its texts to
+    MAX_SAMPLE_CHARS (sentence spans and labels past the cut left out), marked `"truncated": true` when cut."""
+    tokens = record.get("tokens")
+    response = record.get("response")
+    long_lists = any(isinstance(record.get(k), list) and len(record[k]) > MAX_SAMPLE_TOKENS for k in TOKEN_FIELDS)
+    long_text = any(isinstance(record.get(k), str) and len(record[k]) > MAX_SAMPLE_CHARS
+                    for k in ("question", "response"))
+    if not (long_lists or long_text):
+        return record
+    record = dict(record)
+    for key in TOKEN_FIELDS:
+        if isinstance(record.get(key), list):
+            record[key] = record[key][:MAX_SAMPLE_TOKENS]
+    end = MAX_SAMPLE_CHARS
+    offsets = record.get("offsets")
+    if isinstance(tokens, list) and len(tokens) > MAX_SAMPLE_TOKENS and isinstance(offsets, list) and offsets:
+        last = offsets[-1]
+        if isinstance(last, (list, tuple)) and len(last) == 2 and isinstance(last[1], int):
+            end = min(end, last[1])
+    if isinstance(response, str):
+        record["response"] = response[:end]
+    if isinstance(record.get("question"), str):
+        record["question"] = record["question"][:MAX_SAMPLE_CHARS]
+    spans, labels = record.get("sentence_spans"), record.get("sentence_labels")
+    if isinstance(spans, list) and isinstance(labels, list) and len(spans) == len(labels):
+        kept = [(span, label) for span, label in zip(spans, labels)
+                if isinstance(span, (list, tuple)) and len(span) == 2 and isinstance(span[0], int) and span[0] < end]
+        record["sentence_spans"] = [[span[0], min(span[1], end)] for span, _ in kept]
+        record["sentence_labels"] = [label for _, label in kept]
+    record["truncated"] = True
     return record
+
+
+def read_samples(path: str | Path) -> list[dict]:
+    """The rows of a samples.jsonl file (or of `<folder>/samples.jsonl`), each `bounded_sample` (a torn last line
+    skipped, as `read_metrics`); a missing file has none."""
+    path = Path(path)
+    path = path / "samples.jsonl" if path.is_dir() else path
+    if not path.exists():
+        return []
+    return [bounded_sample(row) if isinstance(row, dict) else row for row in read_jsonl(path, torn_tail=True)]
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:

@@ -25,6 +25,7 @@ from fspo_lite.drivers.report.controls import control_lead, more_right_lead, rea
 from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
                                              summary_document, verdict, verdict_markdown)
 from fspo_lite.drivers.report.study import format_interval
+from fspo_lite.drivers.report.audit_file import read_audit
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}
@@ -43,7 +44,7 @@ def load(folder: str | Path) -> tuple[dict, dict | None]:
     folder = Path(folder)
     audit = folder / AUDIT_FILE
     return (read_summary(folder / "summary.json"),
-            json.loads(audit.read_text()) if audit.exists() else None)
+            read_audit(audit) if audit.exists() else None)  # every field checked: nothing unchecked reaches the README
 
 
 def study_table(summary: dict) -> str:

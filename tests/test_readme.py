@@ -46,7 +46,7 @@ def test_a_typed_number_in_the_readme_is_caught(copy):
 def test_a_changed_result_file_makes_the_summary_and_readme_stale(copy):
     path = copy / "results/study/audit.json"
     audit = json.loads(path.read_text())
-    audit["diff"] = -0.2
+    audit.update(diff=-0.2, low=-0.3, high=-0.1)  # a consistent interval: an inconsistent one is refused
     path.write_text(json.dumps(audit))
     stale = readme.differences(copy)
     assert "README.md: a results block differs from the result files" in stale

@@ -105,7 +105,7 @@ class MissingFileError(FileNotFoundError):
 
 USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ModelLoadError", "LLMError",
                "RunLockError", "RunFolderError", "DiskFullError", "NotebookError",
-               "ResultFileError", "OutputFolderError", "MissingFileError")
+               "ResultFileError", "OutputFolderError", "MissingFileError", "RunLogError")
 """Errors about the user's input (config, data, checkpoints, run state): their message is the whole story."""
 
 

@@ -58,7 +58,13 @@ def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundle
     judged}."""
     from fspo_lite.data.examples import load_examples
 
-    examples = {e.id: e for e in load_examples(data)}
+    loaded = load_examples(data)
+    examples = {e.id: e for e in loaded}
+    if len(examples) != len(loaded):  # a sentence would be judged against another question's evidence
+        seen: set = set()
+        twice = next(e.id for e in loaded if e.id in seen or seen.add(e.id))
+        raise ResultFileError(f"{data}: id {twice!r} is given to more than one question (item "
+                              f"{[e.id for e in loaded].index(twice) + 1} and later); each question needs its own id")
     done = {}
     for path in sorted(Path(runs_dir).glob("*/eval/records.jsonl")):
         records = read_records(path)  # types and ranges checked before anything is rewritten
@@ -67,12 +73,24 @@ def rejudge_runs(runs_dir: str | Path, verifier, judge: str, data: str = "bundle
     return done
 
 
+def probability(text: str) -> float:
+    """--threshold's value: a number from 0 to 1 (nan, inf and the rest are refused in one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # false for nan too
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number from 0 to 1")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", required=True, help="folder of runs (each with eval/records.jsonl)")
     parser.add_argument("--judge", default="kb", help="a verifier name (fspo_lite.scoring.verifiers.VERIFIERS)")
     parser.add_argument("--data", default="bundled:kbqa_test", help="the kbqa file the runs were evaluated on")
-    parser.add_argument("--threshold", type=float, default=0.5)
+    parser.add_argument("--threshold", type=probability, default=0.5,
+                        help="the score from which a sentence counts as supported, from 0 to 1")
     args = parser.parse_args(argv)
     if not Path(args.runs).is_dir():
         parser.error(f"no runs folder {args.runs}")

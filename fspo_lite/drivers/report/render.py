@@ -29,6 +29,7 @@ from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivit
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.summary import direction, study_markdown
 from fspo_lite.drivers.report.validity import VALIDITY_FILE, draw_reading, validity_markdown
+from fspo_lite.drivers.report.audit_file import read_audit
 
 AUDIT_FILE = "audit.json"
 SHARE = "step_hallucination@judge"
@@ -318,7 +319,7 @@ def write_summary(results_dir: str | Path) -> Path:
     folder = Path(results_dir)
     summary = read_summary(folder / "summary.json")  # types and ranges checked
     audit_path = folder / AUDIT_FILE
-    audit = json.loads(audit_path.read_text()) if audit_path.exists() else None
+    audit = read_audit(audit_path) if audit_path.exists() else None  # every field checked (audit_file.py)
     validity = json.loads((folder / VALIDITY_FILE).read_text()) if (folder / VALIDITY_FILE).exists() else None
     path = folder / "summary.md"
     atomic_write_text(path, summary_document(summary, audit, validity))

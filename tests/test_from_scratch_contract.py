@@ -58,7 +58,6 @@ def run_trainer(tmp_path: Path, settings: dict) -> list[dict]:
 
     config = load_config(None, [
         "model.name=smollm2-135m", "reward.method=fspo", "verifier.name=lexical", "speed.mode=off",
-        "rollout.draw=multinomial",
         f"train.steps={settings['steps']}", f"train.prompts_per_step={settings['questions_per_step']}",
         f"rollout.group_size={settings['G']}", f"rollout.max_new_tokens={settings['max_new_tokens']}",
         f"rollout.temperature={settings['temperature']}", f"train.learning_rate={settings['learning_rate']}",

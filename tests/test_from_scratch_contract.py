@@ -32,8 +32,12 @@ def code_cells(path: Path = NOTEBOOK) -> list[tuple[list[str], str]]:
             if cell["cell_type"] == "code"]
 
 
-def run_notebook(parameters: dict) -> dict:
-    """The namespace after every code cell of the notebook ran, `parameters` set after its parameters cell."""
+def run_notebook(parameters: dict) -> list[dict]:
+    """The notebook's `history` (one record per step) after every code cell ran, `parameters` set after its
+    parameters cell. The namespace (its model, optimizer and functions, which refer back to it) is then emptied and
+    collected, so the next run does not start with a second model in memory."""
+    import gc
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,7 +51,10 @@ def run_notebook(parameters: dict) -> dict:
     import matplotlib.pyplot as plt
 
     plt.close("all")
-    return namespace
+    history = namespace["history"]
+    namespace.clear()
+    gc.collect()
+    return history
 
 
 def run_trainer(tmp_path: Path, settings: dict) -> list[dict]:
@@ -123,7 +130,7 @@ def test_the_notebook_has_the_loop_and_stays_short():
 
 @pytest.mark.slow
 def test_the_notebook_loop_is_the_trainer_step(tmp_path):
-    notebook = run_notebook(SETTINGS)["history"]
+    notebook = run_notebook(SETTINGS)
     trainer = run_trainer(tmp_path, SETTINGS)
     assert len(notebook) == len(trainer) == SETTINGS["steps"]
     for step, (mine, theirs) in enumerate(zip(notebook, trainer), 1):
@@ -132,5 +139,5 @@ def test_the_notebook_loop_is_the_trainer_step(tmp_path):
     assert any((record["rewards"] > -2).any() for record in trainer)
     assert any(record["advantages"].abs().sum() > 0 and record["grad_norm"] > 0 for record in trainer)
     assert any((record["sentence_mask"] != 0).any() for record in trainer)
-    other = run_notebook({**SETTINGS, "seed": 1, "steps": 1})["history"]
+    other = run_notebook({**SETTINGS, "seed": 1, "steps": 1})
     assert differences(other[0], trainer[0])  # the comparison can fail

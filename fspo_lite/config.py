@@ -75,7 +75,7 @@ class RolloutConfig:
     top_p: float = 1.0  # nucleus sampling: draw from the smallest set of tokens holding this probability
     generation_batch_size: int = 64  # sequences generated at once (vLLM's max_num_seqs)
     use_sampler_logprobs: bool = False  # ppo_epochs=1 only: pi_old from the sampler's log-probs (docs/gpu.md)
-    draw: str = "exponential_race"  # how the decoding loops draw a token: exponential_race | multinomial (generate's)
+    draw: str = "multinomial"  # how the decoding loops draw a token: multinomial (generate's) | exponential_race
     vllm_gpu_memory_utilization: float = 0.4  # share of GPU memory the colocated vLLM engine may take
     vllm_enable_sleep_mode: bool = False  # put vLLM to sleep between rollouts so training gets its memory
     vllm_max_lora_rank: int | None = None  # largest LoRA rank vLLM reserves room for; null: model.lora_r

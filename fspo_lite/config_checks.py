@@ -169,7 +169,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "rollout.engine": ("transformers", "vllm", "vllm-server"),
     "speed.mode": ("auto", "off"),
     "speed.sampler_dtype": ("policy", "bfloat16"),
-    "rollout.draw": ("exponential_race", "multinomial"),
+    "rollout.draw": ("multinomial", "exponential_race"),
     "reward.answer_metric": ("auto", "f1", "em"),
     "reward.claim_extractor": ("rules", "llm"),
     "caution.variant": ("both", "fact", "caution", "fact_then_caution"),

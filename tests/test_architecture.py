@@ -40,9 +40,9 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("data: examples, the data folder, the training set, prompts, gold labels", ["data"]),
     ("models: the policy and the reference log-prob pass", ["models"]),
     ("rollout: prompts in, sampled completions out (the reference transformers engine)", ["rollout"]),
+    ("scoring: grading, verification, rewards, advantages", ["scoring"]),
     ("speed: the fast rollout engine and log-prob pass behind the two seams, and the factories that pick them",
      ["speed"]),
-    ("scoring: grading, verification, rewards, advantages", ["scoring"]),
     ("logs: a run's metrics and samples", ["logs"]),
     ("update: the training loop, checkpoints, processes, sharding", ["update"]),
     ("evaluation", ["evaluation"]),
@@ -263,6 +263,20 @@ def test_no_import_climbs_a_layer(package):
     _, edges, _ = package
     found = [describe_edge(edge, ROOT, PACKAGE) for edge in upward_imports(edges, PACKAGE)]
     assert not found, "imports that climb back up a layer:\n" + "\n".join(found)
+
+
+def test_the_speed_wing_sits_above_the_stages_it_speeds_up(package):
+    """Nothing of data, models, rollout or scoring imports fspo_lite.speed: the reference path runs without it, and
+    speed.mode=off runs no speed code (a judge model scores through the log-prob seam it is given)."""
+    _, edges, _ = package
+    speed = layer_of(f"{PACKAGE}.speed", PACKAGE)
+    assert speed > layer_of(f"{PACKAGE}.scoring.verifiers.likelihood", PACKAGE) > layer_of(f"{PACKAGE}.rollout",
+                                                                                             PACKAGE)
+    below = [describe_edge(edge, ROOT, PACKAGE) for edge in edges if edge.target.startswith(f"{PACKAGE}.speed")
+             and layer_of(edge.source, PACKAGE) < speed]
+    assert below == []
+    leak = Edge(f"{PACKAGE}.scoring.verifiers.likelihood", f"{PACKAGE}.speed.logprobs", 1, (), False)
+    assert upward_imports([leak], PACKAGE) == [leak]  # such an import is refused
 
 
 def test_module_sizes(package):

@@ -198,9 +198,9 @@ def test_draws_refuse_rows_without_probability_and_unknown_names():
     for bad in ([[0.0, 0.0]], [[float("nan"), 1.0]], [[float("inf"), 1.0]]):
         with pytest.raises(ValueError, match="not finite or sums to 0"):
             draw_tokens(torch.tensor(bad))
-    with pytest.raises(ValueError, match="unknown draw 'gumbel'; use one of exponential_race, multinomial"):
+    with pytest.raises(ValueError, match="unknown draw 'gumbel'; use one of multinomial, exponential_race"):
         draw_tokens(torch.tensor([[1.0]]), "gumbel")
-    assert DRAWS == ("exponential_race", "multinomial")
+    assert DRAWS == ("multinomial", "exponential_race")
 
 
 @pytest.mark.parametrize("draw", ["exponential_race", "multinomial"])
@@ -219,9 +219,10 @@ def test_both_draws_sample_the_given_distribution(draw):
     assert chisquare(counts[kept].double().numpy(), (probs[kept] * 60_000).double().numpy()).pvalue > 0.01
 
 
-def test_race_decode_keeps_its_draws_in_place_when_rows_end(tiny):
-    """The default draw: the same tokens whether ended rows are dropped at once, late or never, and another seed
-    gives other tokens."""
+@pytest.mark.parametrize("draw", ["multinomial", "exponential_race"])
+def test_decode_keeps_its_draws_in_place_when_rows_end(tiny, draw):
+    """Either draw: the same tokens whether ended rows are dropped at once, late or never, and another seed gives
+    other tokens. The default is generate's draw (multinomial)."""
     model, tokenizer = tiny
     rows = [p for p in PROMPTS for _ in range(3)]
     encoded = tokenizer(rows, return_tensors="pt", padding=True, add_special_tokens=False, padding_side="left")
@@ -229,11 +230,11 @@ def test_race_decode_keeps_its_draws_in_place_when_rows_end(tiny):
     for seed, compact_at in ((3, 0.0), (3, 0.125), (3, 1.0), (4, 0.0)):
         torch.manual_seed(seed)
         outputs.append(decode(model, encoded["input_ids"], encoded["attention_mask"],
-                              Sampling(24, ending_ids(tokenizer), True, 0.7), tokenizer.pad_token_id,
+                              Sampling(24, ending_ids(tokenizer), True, 0.7, draw=draw), tokenizer.pad_token_id,
                               compact_at=compact_at))
     lengths = (outputs[0] != tokenizer.pad_token_id).sum(1)
     assert lengths.min() < lengths.max()
     assert torch.equal(outputs[0], outputs[1]) and torch.equal(outputs[0], outputs[2])
     assert not torch.equal(outputs[0], outputs[3])
-    assert Sampling(4, [0]).draw == RolloutConfig().draw == "exponential_race"
+    assert Sampling(4, [0]).draw == RolloutConfig().draw == "multinomial"
 

@@ -1,6 +1,8 @@
 """Each notebook opens on its own: run top to bottom with its defaults in a fresh state, it finishes without error.
 
-Notebooks 01-03 with their defaults train and evaluate for minutes; tests/test_lite_job.py runs them (and 04) with
+Notebook 00 (FSPO from scratch) runs here with quick parameters: one step of two answers to one question on the
+bundled model (tests/test_from_scratch_contract.py runs its loop against the Trainer). Notebooks 01-03 with their
+defaults train and evaluate for minutes; tests/test_lite_job.py runs them (and 04) with
 the quick profile's settings. What that leaves out is run here: notebook 04 with its own defaults where no
 runs/lite exists (a fresh clone, before notebook 03), which must fall back to the committed study runs and say
 so, and notebook 05 with its defaults. Each runs in an empty working folder, so nothing is written into the
@@ -18,15 +20,17 @@ pytest.importorskip("papermill")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def execute(name: str, folder: Path) -> str:
-    """Run notebooks/<name> with its defaults, its working folder `folder`; the executed notebook's text."""
+def execute(name: str, folder: Path, parameters: dict | None = None) -> str:
+    """Run notebooks/<name> with its defaults (or `parameters`), its working folder `folder`; the executed notebook's
+    text."""
     import papermill
 
     from fspo_lite.drivers.notebook_kernel import quiet_kernel_manager
 
     executed = folder / name
     papermill.execute_notebook(str(ROOT / "notebooks" / name), str(executed), cwd=str(folder), progress_bar=False,
-                               kernel_name="python3", kernel_manager_class=quiet_kernel_manager())
+                               kernel_name="python3", kernel_manager_class=quiet_kernel_manager(),
+                               parameters=parameters or {})
     return executed.read_text()
 
 
@@ -58,3 +62,12 @@ def test_notebook_04_with_its_defaults_falls_back_to_the_committed_runs(fresh):
 def test_notebook_05_with_its_defaults(fresh):
     text = execute("05_reward_playground.ipynb", fresh)
     assert "reward" in text and '"output_type": "error"' not in text
+
+
+@pytest.mark.integration
+def test_notebook_00_trains_a_step_and_draws_the_flip(fresh):
+    text = execute("00_fspo_from_scratch.ipynb", fresh,
+                   {"steps": 1, "questions_per_step": 1, "G": 2, "max_new_tokens": 16})
+    printed = outputs(text)
+    assert "step 1: reward " in printed and "grad norm " in printed and '"output_type": "error"' not in text
+    assert '"image/png"' in text  # the advantages before and after the flip

@@ -16,6 +16,7 @@ from fspo_lite.drivers.base_samples import (QuestionCache, base_engine, for_each
 from fspo_lite.scoring.claims import build_claim_extractor
 from fspo_lite.scoring.methods.klcf import CHECKLIST_KIND, build_checklist
 from fspo_lite.scoring.verifiers import build_verifier
+from fspo_lite.speed import judge_logprob_pass
 
 
 def build_checklist_file(config, samples: int | None = None, output: str | None = None, progress: bool = True,
@@ -30,7 +31,7 @@ def build_checklist_file(config, samples: int | None = None, output: str | None 
     examples = training_questions(config)
     cache = QuestionCache(output, CHECKLIST_KIND, settings, "--output or klcf.checklist_path")
     extractor = build_claim_extractor(config.reward.claim_extractor, config.verifier)
-    verifier = build_verifier(config.verifier)
+    verifier = build_verifier(config.verifier, judge_logprob_pass(config.speed))
 
     def checklist_of(example, texts):
         facts = build_checklist(texts, example.evidence, extractor, verifier, klcf.checklist_threshold,

@@ -150,6 +150,12 @@ def config_key(key: str) -> Accepts:
 COUNT = Range(1, 10**6)
 
 PARAMETERS: dict[str, dict[str, Accepts]] = {
+    "00_fspo_from_scratch.ipynb": {
+        "steps": config_key("train.steps"), "questions_per_step": config_key("train.prompts_per_step"),
+        "G": config_key("rollout.group_size"), "max_new_tokens": config_key("rollout.max_new_tokens"),
+        "temperature": config_key("rollout.temperature"), "learning_rate": config_key("train.learning_rate"),
+        "beta": config_key("train.beta"), "epsilon": config_key("train.epsilon_low"), "seed": integer(SEED),
+    },
     "01_measure_hallucination.ipynb": {
         "model": config_key("model.name"), "adapter": nullable(text()), "limit": config_key("evaluation.limit"),
         "samples": config_key("evaluation.samples"), "temperature": config_key("evaluation.temperature"),

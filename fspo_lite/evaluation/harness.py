@@ -99,10 +99,11 @@ class _Context:
         if self._verifier is None:
             from fspo_lite.models.policy import ModelLoadError
             from fspo_lite.scoring.verifiers import build_verifier
+            from fspo_lite.speed import judge_logprob_pass
 
             settings = dataclasses.replace(self.config.verifier, name=self.ev.step_verifier)
             try:
-                self._verifier = (build_verifier(settings), self.ev.step_verifier)
+                self._verifier = (build_verifier(settings, judge_logprob_pass(self.config.speed)), self.ev.step_verifier)
             except ModelLoadError as error:
                 print(f"[fspo_lite] step verifier '{self.ev.step_verifier}' unavailable ({error}); using lexical")
                 self._verifier = (build_verifier(dataclasses.replace(settings, name="lexical")), "lexical")
@@ -114,15 +115,13 @@ class _Context:
         if self._extra_verifiers is None:
             from fspo_lite.models.policy import ModelLoadError
             from fspo_lite.scoring.verifiers import build_verifier
-
+            from fspo_lite.speed import judge_logprob_pass
             self._extra_verifiers = []
             names = {self.verifier()[1]}
-            for name in self.ev.extra_step_verifiers:
-                if name in names:
-                    continue
-                names.add(name)
+            for name in [n for n in dict.fromkeys(self.ev.extra_step_verifiers) if n not in names]:
                 try:
-                    verifier = build_verifier(dataclasses.replace(self.config.verifier, name=name))
+                    verifier = build_verifier(dataclasses.replace(self.config.verifier, name=name),
+                                              judge_logprob_pass(self.config.speed))
                 except ModelLoadError as error:
                     raise ModelLoadError(f"extra step verifier '{name}' could not load: {error}") from error
                 self._extra_verifiers.append((verifier, name))

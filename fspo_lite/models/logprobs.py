@@ -97,6 +97,14 @@ class LogprobPass:
                                    rollout.completion_ids[rows, :width], rollout.completion_mask[rows, :width],
                                    self.temperature, with_entropy, entropy_grad)
 
+    def sequence_logprobs(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                          shared_prompts: bool = False) -> torch.Tensor:
+        """(B, C) log p(completion token | prompt, earlier tokens) at temperature 1: how a judge model scores text
+        (the likelihood verifier). shared_prompts says the rows repeat few prompts, which a faster pass may encode
+        once each; here every row runs whole."""
+        return completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask)[0]
+
 
 def reference_context(model):
     """Context in which `model` acts as the frozen reference: a PEFT model with its adapter off."""

@@ -5,12 +5,12 @@ forward call of the model on its own KV cache, every row computed until the last
 does), pad after a row's EOS. The faster loop of `fspo_lite.speed.decoding` draws the same tokens with the same
 functions (`next_tokens`) and does less work.
 
-Tokens are drawn (`draw_tokens`) by an exponential race by default (argmax of p / E over the vocabulary, E = -log U
-from uniform numbers), or, with draw="multinomial", as `model.generate` draws them: torch's one-sample multinomial
-runs the same race with exponential numbers from its own, slower, sampler (docs/performance.md, "The token draw").
-Either way the random numbers of a step form one table with a row for every row of the batch, so each row's numbers
-keep their places whichever rows have ended; with draw="multinomial" each row sees the numbers it would see inside
-`generate`. tests/test_decoding.py compares the tokens with `model.generate`'s on the tiny and the bundled model.
+Tokens are drawn (`draw_tokens`) as `model.generate` draws them by default (draw="multinomial": torch.multinomial,
+one sample per row), so a seed gives `generate`'s tokens; draw="exponential_race" is the same distribution from other
+random numbers, cheaper on a CPU (argmax of p / E over the vocabulary, E = -log U from uniform numbers;
+docs/performance.md, "The token draw"). Either way the random numbers of a step form one table with a row for every
+row of the batch, so each row's numbers keep their places whichever rows have ended. tests/test_decoding.py compares
+the tokens with `model.generate`'s on the tiny and the bundled model.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return scores
 
 
-DRAWS = ("exponential_race", "multinomial")
+DRAWS = ("multinomial", "exponential_race")
 """The ways `draw_tokens` draws (rollout.draw)."""
 
 
@@ -63,21 +63,28 @@ def race_tokens(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     [0, 1), the shape of probs). The exponential race: token j wins with probability probs[i, j] / sum(probs[i]), so
     rows need not be normalised, and a token of probability 0 never wins (a ratio of 0; a uniform of exactly 0 gives
     E = inf and a ratio of 0 too). It is torch.multinomial's own one-sample method with its exponential numbers made
-    from uniform ones, which is cheaper on a CPU. A row with no positive total (NaN logits) is refused, as
-    torch.multinomial refuses it."""
-    totals = probs.sum(dim=-1)
-    if not bool(((totals > 0) & torch.isfinite(totals)).all()):
-        raise ValueError("cannot draw a token: a row of probabilities is not finite or sums to 0")
+    from uniform ones, which is cheaper on a CPU. A row with no positive total (NaN logits) is refused
+    (`check_rows`)."""
+    check_rows(probs)
     return (probs / uniforms.log().neg_()).argmax(dim=-1)
 
 
-def draw_tokens(probs: torch.Tensor, draw: str = "exponential_race") -> torch.Tensor:
-    """One token per row of a (rows, vocabulary) probability table, from torch's default generator: exponential_race
-    (`race_tokens` on a table of torch.rand numbers) or multinomial (torch.multinomial, generate's draws)."""
+def check_rows(probs: torch.Tensor) -> None:
+    """A ValueError, in one line, when a row of probabilities is not finite or sums to 0 (NaN logits): no token can
+    be drawn from it."""
+    totals = probs.sum(dim=-1)
+    if not bool(((totals > 0) & torch.isfinite(totals)).all()):
+        raise ValueError("cannot draw a token: a row of probabilities is not finite or sums to 0")
+
+
+def draw_tokens(probs: torch.Tensor, draw: str = "multinomial") -> torch.Tensor:
+    """One token per row of a (rows, vocabulary) probability table, from torch's default generator: multinomial
+    (torch.multinomial, generate's draws) or exponential_race (`race_tokens` on a table of torch.rand numbers)."""
+    if draw == "multinomial":
+        check_rows(probs)
+        return torch.multinomial(probs, num_samples=1).squeeze(1)
     if draw == "exponential_race":
         return race_tokens(probs, torch.rand(probs.shape, device=probs.device))
-    if draw == "multinomial":
-        return torch.multinomial(probs, num_samples=1).squeeze(1)
     raise ValueError(f"unknown draw {draw!r}; use one of {', '.join(DRAWS)}")
 
 

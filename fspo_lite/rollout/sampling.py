@@ -29,8 +29,9 @@ class Sampling:
     top_p: float = 1.0
     min_new_tokens: int = 0
     """No EOS before this many tokens (transformers engine only)."""
-    draw: str = "exponential_race"
-    """How the transformers engine's decoding loop draws a token (rollout.draw): exponential_race | multinomial."""
+    draw: str = "multinomial"
+    """How the transformers engine's decoding loop draws a token (rollout.draw): multinomial (generate's) |
+    exponential_race."""
 
 
 class Engine:

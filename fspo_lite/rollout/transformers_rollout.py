@@ -2,16 +2,15 @@
 
 `TransformersRollout` is the reference engine: it batches prompts x samples with left padding, and draws each
 batch's tokens with `fspo_lite.rollout.decoding.sample` (ordinary forward calls of the model on its KV cache, every
-row until the last one ends; `model.generate` where that loop would not sample what `generate` does). The fast
-engine with the same tokens (`fspo_lite.speed.rollout`) overrides `decoding`; `fspo_lite.speed` picks one of them
-(speed.mode). The vLLM engines (GPU) live in `fspo_lite.rollout.vllm_rollout` behind the same `generate` signature;
-`fspo_lite.rollout.engines` builds the one the config names.
+row until the last one ends, the tokens `model.generate` draws; `model.generate` itself where that loop would not
+sample what `generate` does). The fast engine with the same tokens (`fspo_lite.speed.rollout`) overrides what it
+needs in its own package; `fspo_lite.speed` picks one of them (speed.mode). The vLLM engines (GPU) live in
+`fspo_lite.rollout.vllm_rollout` behind the same `generate` signature; `fspo_lite.rollout.engines` builds the one the
+config names.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -92,15 +91,11 @@ class TransformersRollout(Engine):
         """Sequences generated at once (rollout.generation_batch_size)."""
         return self.rollout.generation_batch_size
 
-    def sampling_model(self):
-        """The model that draws the tokens: the policy."""
-        return self.model
-
     @torch.no_grad()
     def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
                  max_new_tokens: int | None = None) -> Rollout:
         """Sample `num_samples` completions per prompt (greedy when do_sample=False)."""
-        tokenizer, model = self.tokenizer, self.sampling_model()
+        tokenizer, model = self.tokenizer, self.model
         device = next(model.parameters()).device
         expanded = [p for p in prompts for _ in range(num_samples)]
         eos = eos_ids(tokenizer, model)
@@ -110,13 +105,12 @@ class TransformersRollout(Engine):
         chunks = []
         batches = range(0, len(expanded), self.generation_batch_size)
         sampling = self.sampling(eos, do_sample, max_new_tokens, self.generate_kwargs.get("min_new_tokens") or 0)
-        with self.decoding(model, sampling, pad_id) as draw:
-            for start in progress_bar(batches, desc="generate", disable=not self.progress, leave=False):
-                batch = expanded[start : start + self.generation_batch_size]
-                encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
-                                    truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
-                new_tokens, new_logprobs = draw(encoded)
-                chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens, new_logprobs))
+        for start in progress_bar(batches, desc="generate", disable=not self.progress, leave=False):
+            batch = expanded[start : start + self.generation_batch_size]
+            encoded = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False,
+                                truncation=True, max_length=self.max_prompt_tokens, padding_side="left").to(device)
+            new_tokens, new_logprobs = self.new_tokens(model, encoded, sampling, pad_id)
+            chunks.append((encoded["input_ids"], encoded["attention_mask"], new_tokens, new_logprobs))
         model.train(was_training)
         prompt_width = max(c[0].shape[1] for c in chunks)
         completion_width = max(max(c[2].shape[1] for c in chunks), 1)
@@ -141,21 +135,17 @@ class TransformersRollout(Engine):
         return (self.plain_model and set(self.generate_kwargs) <= {"min_new_tokens"}
                 and plain_sampling(getattr(model, "generation_config", None)))
 
-    @contextlib.contextmanager
-    def decoding(self, model, sampling: Sampling, pad_id: int):
-        """Inside: a function from one tokenized batch to its (new tokens, their log-probs or None)."""
-        if self.own_loop(model):
-            def draw(encoded):
-                drawn = sample(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
-                               logprobs=self.with_logprobs)
-                return drawn if self.with_logprobs else (drawn, None)
+    def new_tokens(self, model, encoded, sampling: Sampling, pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One tokenized batch's (new tokens, their log-probs or None): the decoding loop `sample` where it samples
+        what `generate` would (`own_loop`), else `model.generate`."""
+        if not self.own_loop(model):
+            return self.generated(model, sampling, pad_id, encoded)
+        drawn = sample(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
+                       logprobs=self.with_logprobs)
+        return drawn if self.with_logprobs else (drawn, None)
 
-            yield draw
-        else:
-            yield functools.partial(self.generated, model, sampling, pad_id)
-
-    def generated(self, model, sampling: Sampling, pad_id: int, encoded, **cache) -> tuple[torch.Tensor, None]:
-        """A batch's new tokens from `model.generate` (with `cache`: a prefilled past_key_values)."""
+    def generated(self, model, sampling: Sampling, pad_id: int, encoded) -> tuple[torch.Tensor, None]:
+        """A batch's new tokens from `model.generate`."""
         if self.with_logprobs:
             raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from its "
                              "decoding loop only, which these generate arguments or this generation config do not "
@@ -163,7 +153,7 @@ class TransformersRollout(Engine):
         drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
             if sampling.do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
         output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=list(sampling.eos_ids),
-                                pad_token_id=pad_id, use_cache=True, **drawn, **cache, **self.generate_kwargs)
+                                pad_token_id=pad_id, use_cache=True, **drawn, **self.generate_kwargs)
         return output[:, encoded["input_ids"].shape[1]:], None
 
 

@@ -46,6 +46,12 @@ def build_rollout_engine(model, tokenizer, config: Config, dist, owns_model: boo
                                         transformers_engine=functools.partial(transformers_engine, speed=config.speed))
 
 
+def judge_logprob_pass(speed: SpeedConfig) -> LogprobPass:
+    """The pass a judge model scores text through (the likelihood verifier, `LogprobPass.sequence_logprobs`): the
+    reference with speed.mode=off, else the fast one (shared prompts encoded once)."""
+    return LogprobPass() if speed.mode == "off" else FastLogprobPass()
+
+
 def build_logprob_pass(config: Config, model, world_size: int) -> LogprobPass:
     """The trainer's log-prob pass for `model` (the unwrapped policy as loaded): the reference with speed.mode=off,
     else `FastLogprobPass` with the switches decided here (the shared prompt pass needs one process, no FSDP, no

@@ -118,6 +118,14 @@ def fast_completion_logprobs(
 class FastLogprobPass(LogprobPass):
     """`LogprobPass` with the speed switches of the module docstring (each given as decided for this run)."""
 
+    def sequence_logprobs(self, model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                          shared_prompts: bool = False) -> torch.Tensor:
+        """The reference's judge log-probs from `fast_completion_logprobs`: rows with the same prompt share one
+        pass over it when shared_prompts."""
+        return fast_completion_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                        share_prompts=shared_prompts)[0]
+
     def __init__(self, temperature: float = 1.0, share_prompts: bool = False, group_by_length: bool = False,
                  fused: bool = False, grouped_query: bool = False, device_type: str = "cpu"):
         super().__init__(temperature)

@@ -1,8 +1,9 @@
 """The fast transformers engine: the reference engine's tokens (`fspo_lite.rollout.transformers_rollout`) with less work
 on a CPU.
 
-`FastTransformersRollout` keeps the reference engine's `generate` and replaces how a batch is decoded, as the speed
-section says (docs/performance.md, "What each lever does"):
+`FastTransformersRollout` keeps the reference engine's batching and replaces how a batch is decoded (`new_tokens`),
+around a `generate` that picks the model drawing the tokens and merges or packs its weights, as the speed section
+says (docs/performance.md, "What each lever does"):
 
 - share_prompt_prefill / share_prompt_prefix: each distinct prompt encoded once for its samples, and the start
   every prompt of a batch shares once for the batch (`fspo_lite.speed.prompt_cache`);
@@ -51,6 +52,9 @@ class FastTransformersRollout(TransformersRollout):
                              "speed.drop_ended_rows=true (or speed.mode=off)")
         self._copy = None
         """The speed.sampler_dtype copy of the policy, made at the first rollout."""
+        self._drawing = None
+        """While `generate` runs: (the model drawing the tokens, its packed weights or None, whether the decoding loop
+        runs)."""
 
     def sampling_model(self):
         """The model that draws the tokens: the policy, or (speed.sampler_dtype) its copy in that dtype with the
@@ -59,6 +63,7 @@ class FastTransformersRollout(TransformersRollout):
             return self.model
         if self._copy is None:
             self._copy = copy.deepcopy(self.model).to(getattr(torch, self.speed.sampler_dtype)).requires_grad_(False)
+            self._copy.eval()
         with torch.no_grad():
             for (name, mine), (theirs_name, theirs) in zip(self._copy.named_parameters(), self.model.named_parameters()):
                 if name != theirs_name:
@@ -71,28 +76,50 @@ class FastTransformersRollout(TransformersRollout):
         """Drop the speed.sampler_dtype copy of the policy (a second set of weights)."""
         self._copy = None
 
-    @contextlib.contextmanager
-    def decoding(self, model, sampling: Sampling, pad_id: int):
-        """Inside: the batch's prompts prefilled once per distinct prompt, decoded by `decode` (or `generate`), with
-        LoRA merged or the weights packed as the speed section says."""
+    def generate(self, prompts: list[str], num_samples: int = 1, do_sample: bool = True,
+                 max_new_tokens: int | None = None):
+        """The reference engine's `generate`, its batches drawn by `new_tokens` from `sampling_model()`, with LoRA
+        merged or the weights packed as the speed section says."""
+        model = self.sampling_model()
         own_loop = self.speed.drop_ended_rows and self.own_loop(model)
         # packed weights: the adapter stays on and is not merged into copies (the packs hold the base weights)
         packed = (own_loop and self.fast_steps and self.preallocate_cache
                   and wants_packed_weights(self.speed.packed_weights))
         packs = weight_packs_for(model) if packed and packing_applies(model) else None
         merge = self.speed.merge_lora_for_generation and packs is None
+        self._drawing = (model, packs, own_loop)
+        try:
+            with merged_lora_weights(model) if merge else contextlib.nullcontext():
+                return super().generate(prompts, num_samples, do_sample, max_new_tokens)
+        finally:
+            self._drawing = None
 
-        def draw(encoded):
-            cache = self._prefilled(model, encoded)
-            if not own_loop:
-                return self.generated(model, sampling, pad_id, encoded, **cache)
-            drawn = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
-                           cache.get("past_key_values"), preallocate_cache=self.preallocate_cache,
-                           logprobs=self.with_logprobs, fast_steps=self.fast_steps, weight_packs=packs)
-            return drawn if self.with_logprobs else (drawn, None)
+    def new_tokens(self, model, encoded, sampling: Sampling, pad_id: int):
+        """The batch's prompts prefilled once per distinct prompt, then decoded by `decode` (or `generate` on the
+        prefilled cache) with the model `generate` chose."""
+        model, packs, own_loop = self._drawing
+        cache = self._prefilled(model, encoded)
+        if not own_loop:
+            return self.generated_on(model, sampling, pad_id, encoded, cache.get("past_key_values"))
+        drawn = decode(model, encoded["input_ids"], encoded["attention_mask"], sampling, pad_id,
+                       cache.get("past_key_values"), preallocate_cache=self.preallocate_cache,
+                       logprobs=self.with_logprobs, fast_steps=self.fast_steps, weight_packs=packs)
+        return drawn if self.with_logprobs else (drawn, None)
 
-        with merged_lora_weights(model) if merge else contextlib.nullcontext():
-            yield draw
+    def generated_on(self, model, sampling: Sampling, pad_id: int, encoded, cache) -> tuple[torch.Tensor, None]:
+        """`generated` (the reference's `model.generate` call) continuing from a prefilled past_key_values."""
+        if cache is None:
+            return self.generated(model, sampling, pad_id, encoded)
+        if self.with_logprobs:
+            raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from its "
+                             "decoding loop only, which these generate arguments or this generation config do not "
+                             f"allow ({sorted(self.generate_kwargs)})")
+        drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
+            if sampling.do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
+        output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=list(sampling.eos_ids),
+                                pad_token_id=pad_id, use_cache=True, past_key_values=cache, **drawn,
+                                **self.generate_kwargs)
+        return output[:, encoded["input_ids"].shape[1]:], None
 
     def _prefilled(self, model, encoded) -> dict:
         """`past_key_values` holding all but the last prompt token (the decoding loop or generate then feeds the last

@@ -42,7 +42,7 @@ from fspo_lite.scoring.plan import check_settings, scoring_plan
 from fspo_lite.scoring.rewards import advantages_from_scores, build_reward_tools, score_rollouts
 from fspo_lite.scoring.user_reward import user_reward
 from fspo_lite.scoring.verifiers import build_verifier
-from fspo_lite.speed import build_logprob_pass, build_rollout_engine
+from fspo_lite.speed import build_logprob_pass, build_rollout_engine, judge_logprob_pass
 from fspo_lite.update.checkpoint import (CheckpointError, complete_checkpoints, latest_checkpoint, load_checkpoint,
                                          save_checkpoint)
 from fspo_lite.update.distributed import Distributed, loss_normalisers
@@ -110,7 +110,8 @@ class Trainer:
         # the seam of every log-prob pass: the reference, or the fast one the speed section builds (fspo_lite.speed)
         self.logprob_pass = build_logprob_pass(config, model, self.dist.world_size)
         self.sampler = ExampleSampler(len(self.examples), seed=config.train.seed)
-        self.verifier = verifier if verifier is not None else build_verifier(config.verifier)
+        # a judge model (the likelihood verifier) scores through the log-prob seam too, as speed.mode says
+        self.verifier = verifier or build_verifier(config.verifier, judge_logprob_pass(config.speed))
         self.reward_tools = build_reward_tools(config)
         self.reward_tools.user_reward = own_reward
         self.scoring_plan = scoring_plan(config.reward, config.detail, self.verifier is not None)  # once per run

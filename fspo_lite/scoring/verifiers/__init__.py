@@ -32,12 +32,16 @@ VERIFIERS = {
 }
 
 
-def build_verifier(config) -> Verifier:
-    """Instantiate the verifier named in a VerifierConfig."""
+def build_verifier(config, logprob_pass=None) -> Verifier:
+    """Instantiate the verifier named in a VerifierConfig. `logprob_pass`: the log-prob seam a judge model scores
+    through (`fspo_lite.speed.judge_logprob_pass(config.speed)` from callers above the speed layer); None: the
+    reference pass."""
     try:
         cls = VERIFIERS[config.name]
     except KeyError:
         raise ValueError(f"unknown verifier {config.name!r}; available: {', '.join(sorted(VERIFIERS))}") from None
+    if getattr(cls, "takes_logprob_pass", False):
+        return cls.from_config(config, logprob_pass=logprob_pass)
     return cls.from_config(config) if hasattr(cls, "from_config") else cls()
 
 

@@ -34,9 +34,9 @@ from collections import OrderedDict
 import torch
 
 from fspo_lite.algos import selective_log_softmax
+from fspo_lite.models.logprobs import LogprobPass
 from fspo_lite.models.policy import resolve_device
 from fspo_lite.scoring.verifiers.base import Verifier, batches
-from fspo_lite.speed.logprobs import fast_completion_logprobs
 
 EVIDENCE_TEMPLATE = "Evidence: {evidence}\nStatement:"
 NO_EVIDENCE_TEMPLATE = "Statement:"
@@ -102,6 +102,7 @@ class LikelihoodVerifier(Verifier):
     """P(supported) from the mean per-token log-likelihood gain that the evidence gives the sentence."""
 
     name = "likelihood"
+    takes_logprob_pass = True
     midpoint = 1.5819
     """Gain (nats per token) at which p = 0.5 (fitted on HaluEval-QA train, see docs/verifiers.md)."""
     slope = 1.6491
@@ -110,8 +111,11 @@ class LikelihoodVerifier(Verifier):
     def __init__(self, model=None, tokenizer=None, name: str = "smollm2-135m", device: str = "auto",
                  batch_size: int = 8, max_evidence_tokens: int = 400, midpoint: float | None = None,
                  slope: float | None = None, share_evidence: bool = True, keep_evidence_mb: float = 4096,
-                 **kwargs):
+                 logprob_pass: LogprobPass | None = None, **kwargs):
         super().__init__(**kwargs)
+        self.logprob_pass = logprob_pass if logprob_pass is not None else LogprobPass()
+        """The log-prob seam the judge scores text through: the one `fspo_lite.speed.judge_logprob_pass` builds for
+        speed.mode when the caller gives it, else the reference."""
         states = None
         if model is None:
             model, tokenizer, states = shared_judge(name, device)
@@ -129,9 +133,9 @@ class LikelihoodVerifier(Verifier):
         verifier's own, of at most keep_evidence_mb MiB (about 18 MiB per 400-token evidence with SmolLM2-135M)."""
 
     @classmethod
-    def from_config(cls, config) -> "LikelihoodVerifier":
+    def from_config(cls, config, logprob_pass: LogprobPass | None = None) -> "LikelihoodVerifier":
         return cls(name=config.model or "smollm2-135m", device=config.device, batch_size=config.batch_size,
-                   max_evidence_tokens=config.max_evidence_tokens)
+                   max_evidence_tokens=config.max_evidence_tokens, logprob_pass=logprob_pass)
 
     def _encode(self, texts: list[str], left: bool, max_length: int | None = None):
         encoded = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False,
@@ -161,8 +165,8 @@ class LikelihoodVerifier(Verifier):
                 claim_ids, claim_mask = self._encode(chunk, left=False)
                 bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)
                 with_evidence = self._logprobs_after(state, claim_ids, claim_mask)
-                without_evidence, _ = fast_completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask,
-                                                               share_prompts=True)
+                without_evidence = self.logprob_pass.sequence_logprobs(self.model, bare_ids, bare_mask, claim_ids,
+                                                                       claim_mask, shared_prompts=True)
                 for claim, gain in zip(chunk, mean_gain(with_evidence, without_evidence.float(), claim_mask).tolist()):
                     for i in claims[claim]:
                         result[i] = gain
@@ -205,8 +209,9 @@ class LikelihoodVerifier(Verifier):
             claim_ids, claim_mask = self._encode([" " + sentences[i].strip() for i in chunk], left=False)
             with_ids, with_mask = self._encode(contexts, left=True)
             bare_ids, bare_mask = self._encode([NO_EVIDENCE_TEMPLATE] * len(chunk), left=True)
-            with_evidence, _ = fast_completion_logprobs(self.model, with_ids, with_mask, claim_ids, claim_mask)
-            without_evidence, _ = fast_completion_logprobs(self.model, bare_ids, bare_mask, claim_ids, claim_mask)
+            with_evidence = self.logprob_pass.sequence_logprobs(self.model, with_ids, with_mask, claim_ids, claim_mask)
+            without_evidence = self.logprob_pass.sequence_logprobs(self.model, bare_ids, bare_mask, claim_ids,
+                                                                   claim_mask)
             result += mean_gain(with_evidence.float(), without_evidence.float(), claim_mask).tolist()
         return result
 

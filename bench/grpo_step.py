@@ -219,6 +219,9 @@ def fspo_config(settings: BenchSettings, output_dir: str, extra: dict | None = N
         "train.learning_rate": settings.learning_rate, "train.beta": settings.beta,
         "train.ppo_epochs": settings.ppo_epochs, "train.loss_aggregation": "token-mean",
         "train.seed": settings.seed, "train.output_dir": output_dir, "train.steps": 10**6,
+        # the draw docs/performance.md's figures were measured with: generate's distribution, fewer operations on a
+        # CPU ("The token draw"); --set rollout.draw=multinomial measures the reader's default
+        "rollout.draw": "exponential_race",
         **parse_overrides(settings.fspo_settings), **(extra or {}),
     })
 

@@ -131,6 +131,21 @@ BASE_SECTIONS = ("model", "data", "rollout", "verifier", "evaluation")
 """The config sections that decide the base model's held-out numbers (no training happens)."""
 
 
+KEY_DEFAULTS: dict[str, dict[str, Any]] = {"rollout": {"draw": "exponential_race"}}
+"""Where a run key's baseline differs from today's default: the value every committed run was keyed against. A
+setting equal to it is left out of the key, so those runs keep their keys; today's default (`rollout.draw:
+multinomial`, generate's draw) is then a change the key records, and a profile that wants the committed runs' draw
+sets it (configs/lite/study.yaml and lite.yaml set `rollout.draw: exponential_race`)."""
+
+
+def key_defaults() -> dict[str, Any]:
+    """Config's defaults with KEY_DEFAULTS laid over them: the baseline `run_key` leaves out."""
+    defaults = Config().to_dict()
+    for section, values in KEY_DEFAULTS.items():
+        defaults[section] = {**defaults[section], **values}
+    return defaults
+
+
 def changed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """The entries of a nested settings dict that differ from `defaults` (sections with no change left out)."""
     changed = {}
@@ -184,7 +199,7 @@ def run_key(config: Config, examples: list | None = None, sections: tuple[str, .
         settings["evaluation"]["sources"] = {name: source_identity(spec) for name, spec in sources.items()}
     if sections is not None:
         settings = {name: settings[name] for name in sections}
-    settings = changed_settings(settings, Config().to_dict())
+    settings = changed_settings(settings, key_defaults())
     if examples is not None:
         settings["train_ids"] = [e.id for e in examples]
     return settings_key(settings)

@@ -67,10 +67,12 @@ class _Context:
         from fspo_lite.speed import transformers_engine
 
         self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
-        # the evaluation's own length, temperature and batch size with the rollout section's top_p; the speed
-        # switches keep their defaults whatever the speed section says, but speed.mode=off gives the reference engine
+        # the evaluation's own length, temperature and batch size with the rollout section's top_p and token draw;
+        # the speed switches keep their defaults whatever the speed section says, but speed.mode=off gives the
+        # reference engine
         sampling = RolloutConfig(max_new_tokens=self.ev.max_new_tokens, temperature=self.ev.temperature or 1.0,
-                                 top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size)
+                                 top_p=config.rollout.top_p, generation_batch_size=self.ev.batch_size,
+                                 draw=config.rollout.draw)
         self.engine = transformers_engine(model, tokenizer, sampling, config.data.max_prompt_tokens, progress=progress,
                                           speed=SpeedConfig(mode=config.speed.mode))
         self._verifier, self._extra_verifiers, self._judges = None, None, {}

@@ -307,11 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--force", action="store_true", help="replace files already in the data folder")
     prepare.set_defaults(run=cmd_data_prepare)
 
-    audit = commands.add_parser("audit", help="blind audit of held-out reasoning sentences of two methods "
+    audit = commands.add_parser("audit", help="blind audit of held-out reasoning sentences of two or more methods "
                                 "(docs/statistics.md)").add_subparsers(dest="audit_command", required=True)
-    sample = audit.add_parser("sample", help="draw sentences equally from two methods, hide the method, shuffle")
+    sample = audit.add_parser("sample", help="draw sentences equally from the methods, hide the method, shuffle")
     sample.add_argument("--runs", required=True, help="runs folder (<run>/heldout.json and eval/records.jsonl)")
-    sample.add_argument("--methods", default="grpo,fspo", help="two methods; the score is second - first; "
+    sample.add_argument("--methods", default="grpo,fspo", help="two or more methods; the score is each later one "
+                        "minus the first; default: %(default)s")
+    sample.add_argument("--stratify", default="none", choices=["none", "question"], help="question: one sentence "
+                        "per method from each of a seeded draw of the questions they share; default: %(default)s")
+    sample.add_argument("--prefix", default="audit", help="item id prefix (audit2 -> audit2-0001); "
                         "default: %(default)s")
     sample.add_argument("--n", type=int, default=150, help="sentences in all, split equally; default: %(default)s")
     sample.add_argument("--seed", type=int, default=0, help="seeds the draw and the order; default: %(default)s")

@@ -213,6 +213,20 @@ def agreement_scores(human, judge) -> dict:
     return {"agree": observed, "kappa": kappa, "constant": human.count(-1) / n, "n": n}
 
 
+def exact_lower(successes: int, n: int, level: float = LEVEL) -> float:
+    """The Clopper-Pearson lower bound of a share successes / n (two-sided `level`): the beta quantile
+    B((1 - level) / 2; successes, n - successes + 1); with every trial a success it is ((1 - level) / 2) ** (1 / n).
+    Where a bootstrap interval collapses to [1, 1] (no failure to resample), this says how low the share may be.
+    0 when successes is 0; NaN when n is 0."""
+    from scipy.stats import beta
+
+    if n <= 0:
+        return float("nan")
+    if successes <= 0:
+        return 0.0
+    return float(beta.ppf((1 - level) / 2, successes, n - successes + 1))
+
+
 def agreement_interval(questions, human, judge, n_resamples: int = 2000, rng: np.random.Generator | None = None,
                        level: float = LEVEL) -> dict:
     """`agreement_scores` with percentile intervals from a bootstrap over questions as clusters (every sentence of

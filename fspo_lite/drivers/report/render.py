@@ -28,7 +28,8 @@ from fspo_lite.drivers.report.reader import (examples_markdown, figures_markdown
 from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.summary import direction, study_markdown
-from fspo_lite.drivers.report.validity import VALIDITY_FILE, draw_reading, validity_markdown
+from fspo_lite.drivers.report.validity import (VALIDITY_FILE, draw_reading, second_audit_markdown,
+                                               second_audit_reading, validity_markdown)
 
 AUDIT_FILE = "audit.json"
 SHARE = "step_hallucination@judge"
@@ -189,6 +190,9 @@ def verdict(summary: dict, audit: dict | None = None, validity: dict | None = No
                      f"share {audit['difference']} "
                      f"{format_interval(SHARE, audit['diff'], audit['low'], audit['high'], True)} points"
                      + (f"; {draw}" if draw else "") + ".")
+    second = second_audit_reading(validity or {}, main if primary else "kb")
+    if second:
+        lines.append(second)
 
     drop = direction(raw[main])
     if drop != "below":
@@ -197,20 +201,33 @@ def verdict(summary: dict, audit: dict | None = None, validity: dict | None = No
                     "intervals resolve.")
         return {"headline": headline, "lines": lines}
     length_explains = any(matched.values()) and all(direction(r) != "below" for r in matched.values() if r)
-    audit_state = None if not audit else direction(audit)
+    states = audit_states(audit, validity, f"{method} - {baseline}")
+    audit_state = None if not states else ("below" if all(x == "below" for x in states) else "not below")
+    unconfirmed = ("the blind audit does not confirm it" if len(states) == 1 else
+                   "neither blind audit confirms it" if "below" not in states else "the blind audits disagree")
     if length_explains:
         headline = (f"{method} makes reasoning shorter; this does not show that it makes reasoning more factual: "
                     + matched_phrase(matched, raw, main))
         if audit_state is not None and audit_state != "below":
-            headline += ", and the blind audit does not confirm it"
+            headline += f", and {unconfirmed}"
     elif audit_state is not None and audit_state != "below":
-        headline = (f"The automatic judges see lower step hallucination for {method}; the blind audit does not "
-                    "confirm it")
+        headline = f"The automatic judges see lower step hallucination for {method}; {unconfirmed}"
     else:
         headline = f"{method} lowers held-out step hallucination against {baseline}"
         headline += ", also at matched length" if any(matched.values()) else ""
-        headline += "; the blind audit confirms it" if audit_state == "below" else " (not checked by hand)"
+        headline += ((f"; the blind audit{'s confirm' if len(states) > 1 else ' confirms'} it")
+                     if audit_state == "below" else " (not checked by hand)")
     return {"headline": headline + ".", "lines": lines}
+
+
+def audit_states(audit: dict | None, validity: dict | None, pair: str) -> list[str]:
+    """Where each blind audit's unsupported-share difference for `pair` ('fspo - grpo') lies ('below' 0, ...): the
+    first audit's (audit.json), then the second's (judge_validity.json's second audit) when it compares that pair."""
+    states = [direction(audit)] if audit else []
+    second = ((((validity or {}).get("sets") or {}).get("second audit") or {}).get("arms") or {})
+    if pair in (second.get("differences") or {}):
+        states.append(direction(second["differences"][pair]))
+    return states
 
 
 def verdict_markdown(result: dict) -> list[str]:
@@ -279,6 +296,7 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
                   *figures_markdown(stats.get("figures") or {}), ""]
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]
+    lines += second_audit_markdown(validity or {}, reader.get("primary"))
     lines += not_drawn_markdown({**(summary.get("figures_not_drawn") or {}), **((stats or {}).get("figures_not_drawn")
                                                                                  or {})})
     job = summary.get("job")

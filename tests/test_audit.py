@@ -198,3 +198,18 @@ def test_several_methods_scored_against_the_first(tmp_path):
                              stratify="seed")
     with pytest.raises(ValueError, match="distinct"):
         audit.sample_command(str(runs), ["grpo", "grpo"], 4, 0, str(tmp_path / "x.jsonl"), str(tmp_path / "x.json"))
+
+
+def test_the_audit_module_imports_first_in_a_fresh_interpreter():
+    """`python -m fspo_lite` imports drivers.audit before the report package; the report's validity module reads the
+    audit's scoring, so a module-level import there would be a cycle that breaks every command."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", "import fspo_lite.drivers.audit, fspo_lite.drivers.report.validity"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]

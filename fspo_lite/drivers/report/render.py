@@ -25,7 +25,7 @@ from fspo_lite.drivers.report.lite import goal_check, summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges, plot_paired_differences
 from fspo_lite.drivers.report.reader import (examples_markdown, figures_markdown, main_table_markdown,
                                              positions_markdown)
-from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown
+from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown, welch_more_markdown
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.summary import direction, study_markdown
 from fspo_lite.drivers.report.validity import (VALIDITY_FILE, draw_reading, second_audit_markdown,
@@ -177,7 +177,7 @@ def verdict(summary: dict, audit: dict | None = None, validity: dict | None = No
                         if d else "") + ".")
     if any(matched.values()):
         lines.append("At matched length (responses with the same number of reasoning sentences): " + "; ".join(
-            f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}"
+            f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}{welch_note(r)}"
             for j, r in matched.items() if r) + " points.")
     claims = {j: _difference(stats, f"claims_step_hallucination@{j}", method) for j in judges if j != main}
     if primary and any(claims.values()):
@@ -245,6 +245,40 @@ def resumed_note(runs: dict[str, int]) -> str:
             f"{skipped} finished by earlier ones, so its wall time is not the time of the whole job.")
 
 
+def runs_time_sentence(times: dict) -> str:
+    """What the runs themselves took, from their measured files (reader.time_totals): the sum of every run's
+    training steps and evaluation, and the range per run; '' without measured runs."""
+    if not times:
+        return ""
+
+    def minutes(pair):
+        return f"{pair[0] / 60:.1f}-{pair[1] / 60:.1f} min"
+
+    text = (f"The study's {times['models']} models took {times['total_seconds'] / 3600:.1f} h of measured time: "
+            f"training {times['train_seconds'] / 3600:.1f} h over {times['trained']} runs")
+    if times.get("train_range"):
+        text += f" ({minutes(times['train_range'])} each)"
+    return (text + f", evaluation {times['eval_seconds'] / 3600:.1f} h ({minutes(times['eval_range'])} each); "
+            f"{minutes(times['run_range'])} per model, training and evaluation together (each run's metrics.jsonl "
+            "step times and eval/summary.json benchmark seconds, summed; model loading and the report not "
+            "counted).")
+
+
+def last_invocation_sentence(job: dict) -> str:
+    """What the last invocation of the job did and how long it took, said apart from the runs' own time."""
+    runs = job.get("runs") or {}
+    trained, resumed, skipped = (runs.get(k, 0) for k in ("trained", "resumed", "skipped"))
+    total = job.get("total_seconds")
+    took = f"{total / 60:.1f} min" if total else "an unrecorded time"
+    if runs and not trained and not resumed:
+        did = f"trained no run and skipped the {skipped} finished ones: it read the runs and wrote the report"
+    elif runs:
+        did = f"trained {trained}, resumed {resumed} from their checkpoints and skipped {skipped} finished runs"
+    else:
+        did = "ran the notebooks"
+    return f"The last invocation (`{job.get('command', 'n/a')}`) {did}, in {took}."
+
+
 def questions_of(stats: dict) -> dict | None:
     """summary.json's added-arms questions with their pairs as a table again (None when the study had none)."""
     questions = stats.get("questions")
@@ -290,6 +324,7 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
         lines.append(study.split("\n", 2)[2])
         lines += [*sensitivity_markdown(stats["differences"], stats.get("judges") or [], reader.get("holm") or [],
                                         settings["order"]),
+                  *welch_more_markdown(stats),
                   *resolvable_markdown(reader.get("resolvable") or {}),
                   *positions_markdown(reader.get("positions") or [], reader.get("primary"), settings["order"]),
                   *examples_markdown(reader.get("examples") or [], stats.get("judges") or []),
@@ -300,8 +335,12 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
     lines += not_drawn_markdown({**(summary.get("figures_not_drawn") or {}), **((stats or {}).get("figures_not_drawn")
                                                                                  or {})})
     job = summary.get("job")
+    measured = runs_time_sentence(((stats or {}).get("reader") or {}).get("run_times") or {})
+    if measured:
+        lines += ["## Time the runs took", "", measured, ""]
     if job:
-        lines += [f"## Wall time (profile `{job['profile']}`)", "", "| notebook | seconds |", "|---|---|"]
+        lines += [f"## Wall time of the last invocation (profile `{job['profile']}`)", "", "| notebook | seconds |",
+                  "|---|---|"]
         lines += [f"| {name} | {seconds:.0f} |" for name, seconds in job["notebook_seconds"].items()]
         lines += [f"| **total** | **{job['total_seconds']:.0f}** ({job['total_seconds'] / 60:.1f} min) |", ""]
         if job.get("runs"):

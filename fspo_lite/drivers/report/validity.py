@@ -31,7 +31,6 @@ import numpy as np
 from fspo_lite import stats
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.data.labeling import LABEL_VALUES, load_items
-from fspo_lite.drivers.audit import score_audit
 from fspo_lite.drivers.report.study import judge_labels
 from fspo_lite.jsonl import read_jsonl
 
@@ -130,6 +129,8 @@ def arm_readings(items, key: dict, rows: Sequence[dict], methods: Sequence[str],
     """{"arms": score_audit's result (each arm's hand-label counts and unsupported share with its interval, every
     later arm minus the first), "by_arm": per arm, and over FLIP_ARMS pooled ("flip arms"), each judge's
     agreement, kappa and constant baseline (judge_validity on that arm's rows)}."""
+    from fspo_lite.drivers.audit import score_audit  # here: drivers.audit imports the report package
+
     arms = score_audit(items, key, methods, n_resamples, seed)
     arms.pop("judge_agreement", None)  # the judges' labels as drawn; judge_validity reads today's records
     groups = {m: [m] for m in methods}

@@ -105,6 +105,9 @@ def test_welch_rows_and_the_answer_come_from_the_numbers():
     assert "| supported_per_response@kb | fspo+kb - fspo | +0.01 [-0.05, +0.07] | +0.01 [-0.04, +0.06] |" in text
     assert "-5.0% [-10.0, -2.0]" in text
     assert welch_more_markdown({}) == []
+    # a summary made before the matched rows carried Welch shows no table of n/a
+    assert welch_more_markdown({"matched_length": [{k: v for k, v in part["matched_length"][0].items()
+                                                    if not k.startswith("welch")}]}) == []
 
 
 def _run(root, name, method, step_times, eval_seconds):

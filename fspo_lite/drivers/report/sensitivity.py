@@ -170,7 +170,7 @@ def welch_rows(stats_part: dict) -> dict[str, list[dict]]:
     matched = [{"reading": f"step hallucination at matched length ({r['judge']})", "pair": f"{r['method']} - "
                 f"{r['baseline']}", "unit": "points", **clean(r, diff="diff", low="low", high="high",
                                                                welch_low="welch_low", welch_high="welch_high")}
-               for r in stats_part.get("matched_length") or []]
+               for r in stats_part.get("matched_length") or [] if "welch_low" in r]  # older summaries: none
     goal = [{"reading": "caution goal: relative change in all attempts wrong", "pair": f"{r['method']} - "
              f"{r['baseline']}", "unit": "relative", **clean(r, diff="aaw_relative", low="aaw_relative_low",
                                                              high="aaw_relative_high",

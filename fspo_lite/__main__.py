@@ -31,12 +31,12 @@ def cmd_train(args) -> int:
 
     config = load_config(args.config, args.overrides)
     with command_lock([config.train.output_dir], "choose another train.output_dir", _command_line(), every_rank=False):
-        with whole_job(), Trainer(config) as trainer:  # a signal ends what it started before the lock goes  # the engine's processes end with the run
+        with whole_job(), Trainer(config) as trainer:  # what the run started ends before the lock goes, on a signal too
             report = print if trainer.dist.is_main else (lambda *_: None)  # one report under accelerate launch
             report(describe(trainer))
             history = trainer.train()
-    keys = ("step", "reward_mean", "accuracy", "format_rate", "step_factuality", "flipped_token_share",
-            "loss", "kl", "completion_length", "step_time")
+    keys = ("step", "reward_mean", "accuracy", "format_rate", "step_factuality", "flipped_token_share", "loss", "kl",
+            "completion_length", "step_time")
     for row in history:
         report("  ".join(f"{k}={metric_text(k, row[k])}" for k in keys))  # kl=off, not kl=nan, when beta is 0
     report(f"metrics: {trainer.logger.path}")
@@ -281,8 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     eval_.add_argument("--benchmarks", help=f"comma-separated names (evaluation.benchmarks): {', '.join(BENCHMARKS)}; "
                        "docs/evaluation.md says what each measures and where its data comes from")
     eval_.add_argument("--limit", type=int, help="first N items of each benchmark (evaluation.limit)")
-    eval_.add_argument("--samples", type=int, help="k answers per question (evaluation.samples; k > 1 needs "
-                       "--temperature > 0)")
+    eval_.add_argument("--samples", type=int, help="k answers per question (evaluation.samples; k > 1: --temperature > 0)")
     eval_.add_argument("--temperature", type=float, help="0 greedy (default), above 0 sampling")
     eval_.add_argument("--source", action="append", default=[], metavar="NAME=DATA",
                        help="data for one benchmark: a file, bundled:<name>, data:<name> (the data folder) or hf:<id> (repeatable)")
@@ -327,11 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     prepare.add_argument("--force", action="store_true", help="replace files already in the data folder")
     prepare.set_defaults(run=cmd_data_prepare)
 
-    audit = commands.add_parser("audit", help="blind audit of held-out reasoning sentences of two methods "
+    audit = commands.add_parser("audit", help="blind audit of held-out reasoning sentences of two or more methods "
                                 "(docs/statistics.md)").add_subparsers(dest="audit_command", required=True)
-    sample = audit.add_parser("sample", help="draw sentences equally from two methods, hide the method, shuffle")
+    sample = audit.add_parser("sample", help="draw sentences equally from the methods, hide the method, shuffle")
     sample.add_argument("--runs", required=True, help="runs folder (<run>/heldout.json and eval/records.jsonl)")
-    sample.add_argument("--methods", default="grpo,fspo", help="two methods; the score is second - first; "
+    sample.add_argument("--methods", default="grpo,fspo", help="two or more methods; the score is each later one "
+                        "minus the first; default: %(default)s")
+    sample.add_argument("--stratify", default="none", choices=["none", "question"], help="question: one sentence "
+                        "per method from each of a seeded draw of the questions they share; default: %(default)s")
+    sample.add_argument("--prefix", default="audit", help="item id prefix (audit2 -> audit2-0001); "
                         "default: %(default)s")
     sample.add_argument("--n", type=int, default=150, help="sentences in all, split equally; default: %(default)s")
     sample.add_argument("--seed", type=int, default=0, help="seeds the draw and the order; default: %(default)s")

@@ -157,7 +157,21 @@ def matched_difference(num_a, den_a, num_b, den_b, weights, n_resamples: int = 2
     diff = (standardized_rates(np.nan_to_num(rep_a), ones, weights[None, :], both)
             - standardized_rates(np.nan_to_num(rep_b), ones, weights[None, :], both))
     low, high = interval(diff, level)
-    return {"a": std_a, "b": std_b, "diff": std_a - std_b, "low": low, "high": high, "strata": int(usable.sum())}
+    welch = welch_interval(matched_seed_values(num_a, den_a, weights, usable),
+                           matched_seed_values(num_b, den_b, weights, usable), level)
+    return {"a": std_a, "b": std_b, "diff": std_a - std_b, "low": low, "high": high, "strata": int(usable.sum()),
+            "welch_low": welch["low"], "welch_high": welch["high"], "welch_p": welch["p"]}
+
+
+def matched_seed_values(num, den, weights, usable) -> np.ndarray:
+    """(S,) each seed's standardized rate at matched length, the values Welch's interval reads beside
+    `matched_difference`: the seed's pooled rate per stratum (sum over questions of num / of den), combined with
+    `weights` over the `usable` strata where the seed has a denominator (weights renormalized over them); NaN for a
+    seed with none."""
+    num, den = np.asarray(num, float), np.asarray(den, float)
+    num_k, den_k = num.sum(1), den.sum(1)  # (S, K)
+    has = np.asarray(usable, bool)[None, :] & (den_k > 0)
+    return standardized_rates(num_k, den_k, np.asarray(weights, float)[None, :], has)
 
 
 def welch_interval(a, b, level: float = LEVEL) -> dict:
@@ -181,6 +195,31 @@ def welch_interval(a, b, level: float = LEVEL) -> dict:
     t = float(sps.t.ppf(0.5 + level / 2, df))
     p = float(2 * sps.t.sf(abs(diff) / se, df))
     return {"diff": diff, "low": diff - t * se, "high": diff + t * se, "df": df, "p": p}
+
+
+def welch_relative_interval(a, b, level: float = LEVEL) -> dict:
+    """mean(a) / mean(b) - 1 with a Welch-type interval over the values themselves (one per seed): on the log
+    scale, log(m_a / m_b) +- t(df) sqrt(u_a + u_b) with u = s^2 / (n m^2) (the delta method's variance of log m)
+    and Welch-Satterthwaite df = (u_a + u_b)^2 / (u_a^2 / (n_a - 1) + u_b^2 / (n_b - 1)), mapped back by
+    exp(.) - 1. {relative, low, high, df}; NaN bounds where a side has fewer than 2 values, a mean is not
+    positive, or both variances are 0."""
+    from scipy import stats as sps
+
+    a, b = (np.asarray(x, float) for x in (a, b))
+    a, b = a[~np.isnan(a)], b[~np.isnan(b)]
+    out = {"relative": float("nan"), "low": float("nan"), "high": float("nan"), "df": float("nan")}
+    if not len(a) or not len(b) or a.mean() <= 0 or b.mean() <= 0:
+        return out
+    out["relative"] = float(a.mean() / b.mean() - 1)
+    if len(a) < 2 or len(b) < 2:
+        return out
+    ua, ub = a.var(ddof=1) / (len(a) * a.mean() ** 2), b.var(ddof=1) / (len(b) * b.mean() ** 2)
+    if ua + ub == 0:
+        return out
+    df = float((ua + ub) ** 2 / (ua ** 2 / (len(a) - 1) + ub ** 2 / (len(b) - 1)))
+    half = float(sps.t.ppf(0.5 + level / 2, df)) * float(np.sqrt(ua + ub))
+    log_ratio = float(np.log(a.mean() / b.mean()))
+    return {**out, "low": float(np.exp(log_ratio - half) - 1), "high": float(np.exp(log_ratio + half) - 1), "df": df}
 
 
 def holm(p_values, alpha: float = 0.05) -> list[bool]:
@@ -211,6 +250,20 @@ def agreement_scores(human, judge) -> dict:
     chance = sum((human.count(c) / n) * (judge.count(c) / n) for c in set(human) | set(judge))
     kappa = 1.0 if chance == 1.0 else (observed - chance) / (1 - chance)
     return {"agree": observed, "kappa": kappa, "constant": human.count(-1) / n, "n": n}
+
+
+def exact_lower(successes: int, n: int, level: float = LEVEL) -> float:
+    """The Clopper-Pearson lower bound of a share successes / n (two-sided `level`): the beta quantile
+    B((1 - level) / 2; successes, n - successes + 1); with every trial a success it is ((1 - level) / 2) ** (1 / n).
+    Where a bootstrap interval collapses to [1, 1] (no failure to resample), this says how low the share may be.
+    0 when successes is 0; NaN when n is 0."""
+    from scipy.stats import beta
+
+    if n <= 0:
+        return float("nan")
+    if successes <= 0:
+        return 0.0
+    return float(beta.ppf((1 - level) / 2, successes, n - successes + 1))
 
 
 def agreement_interval(questions, human, judge, n_resamples: int = 2000, rng: np.random.Generator | None = None,

@@ -164,3 +164,75 @@ def test_a_key_is_never_replaced_and_items_and_key_are_written_as_one(tmp_path, 
         audit.sample_command(str(runs), ["grpo", "fspo"], 8, 2, str(tmp_path / "a.jsonl"), str(key_path),
                              overwrite_labels=True)
     assert (tmp_path / "a.jsonl").read_bytes() == items_before and key_path.read_bytes() == before
+
+
+def test_stratified_draw_reads_every_method_on_the_same_questions(tmp_path):
+    """--stratify question: one sentence per method from each drawn question, the same questions for every method,
+    no question used twice before every question has been used once; seeded; blind; refusals."""
+    runs = _runs(tmp_path / "runs")
+    pools = audit.collect_sentences(runs, ["grpo", "fspo"])
+    drawn = audit.draw_stratified(pools, 8, seed=1)
+    assert drawn == audit.draw_stratified(pools, 8, seed=1) and drawn != audit.draw_stratified(pools, 8, seed=2)
+    per_method = {m: sorted(d["question_id"] for d in drawn if d["method"] == m) for m in ("grpo", "fspo")}
+    assert per_method["grpo"] == per_method["fspo"] and len(set(per_method["grpo"])) == 4  # 4 distinct questions
+    # 6 questions, 16 per method: every question once, twice, then four of them a third time; never one sentence twice
+    drawn = audit.draw_stratified(pools, 32, seed=0)
+    counts = sorted(sum(1 for d in drawn if d["method"] == "grpo" and d["question_id"] == q) for q in QUESTIONS)
+    assert counts == [2, 2, 3, 3, 3, 3]
+    assert len({(d["run"], d["question_id"], tuple(d["span"])) for d in drawn if d["method"] == "fspo"}) == 16
+    # 6 questions x 4 sentences per method (two seeds, two sentences): 24 per method at most
+    with pytest.raises(ValueError, match="too few"):
+        audit.draw_stratified(pools, 50)
+    with pytest.raises(ValueError, match="split equally"):
+        audit.draw_stratified(pools, 7)
+    # a question only one method answered is never drawn
+    pools["grpo"] = [e for e in pools["grpo"] if e["question_id"] != "q5"]
+    assert "q5" not in {d["question_id"] for d in audit.draw_stratified(pools, 40, seed=0)}
+
+
+def test_several_methods_scored_against_the_first(tmp_path):
+    """Four methods (two real ones named twice over in the key): each later method minus the first, and each
+    method's share with its interval; the item ids carry the prefix; the key records the stratification."""
+    runs = _runs(tmp_path / "runs")
+    for method in ("corver", "fspo+4x"):
+        for seed in (0, 1):
+            source = runs / f"fspo_s{seed}"
+            target = runs / f"{method}_s{seed}"
+            (target / "eval").mkdir(parents=True)
+            for name in ("eval/summary.json", "eval/records.jsonl"):
+                (target / name).write_text((source / name).read_text())
+            (target / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "judge": "lexical"}))
+    out, key_path = audit.sample_command(str(runs), ["grpo", "fspo", "corver", "fspo+4x"], 16, 0,
+                                         str(tmp_path / "items.jsonl"), str(tmp_path / "key.json"),
+                                         stratify="question", prefix="audit2")
+    key = json.loads(key_path.read_text())
+    assert key["stratify"] == "question" and all(i.startswith("audit2-") for i in key["items"])
+    items = _label(load_items(out), key, unsupported_for={"grpo", "corver"})
+    result = audit.score_audit(items, key["items"], key["methods"], n_resamples=200)
+    assert result["unsupported_share"] == {"grpo": 1.0, "fspo": 0.0, "corver": 1.0, "fspo+4x": 0.0}
+    assert result["differences"] == {"fspo - grpo": {"diff": -1.0, "low": -1.0, "high": -1.0},
+                                     "corver - grpo": {"diff": 0.0, "low": 0.0, "high": 0.0},
+                                     "fspo+4x - grpo": {"diff": -1.0, "low": -1.0, "high": -1.0}}
+    assert result["unsupported_share_interval"]["corver"] == [1.0, 1.0]
+    text = audit.audit_markdown(result)
+    assert "4 per method" in text and "corver - grpo: +0.0 points [+0.0, +0.0]" in text
+    with pytest.raises(ValueError, match="one of none, question"):
+        audit.sample_command(str(runs), ["grpo", "fspo"], 4, 0, str(tmp_path / "x.jsonl"), str(tmp_path / "x.json"),
+                             stratify="seed")
+    with pytest.raises(ValueError, match="distinct"):
+        audit.sample_command(str(runs), ["grpo", "grpo"], 4, 0, str(tmp_path / "x.jsonl"), str(tmp_path / "x.json"))
+
+
+def test_the_audit_module_imports_first_in_a_fresh_interpreter():
+    """`python -m fspo_lite` imports drivers.audit before the report package; the report's validity module reads the
+    audit's scoring, so a module-level import there would be a cycle that breaks every command."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, "-c", "import fspo_lite.drivers.audit, fspo_lite.drivers.report.validity"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]

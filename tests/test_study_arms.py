@@ -52,7 +52,7 @@ def test_the_finished_arms_keep_their_settings_keys():
 
 def test_the_committed_runs_keep_their_keys_under_todays_defaults():
     """rollout.draw's default is generate's (multinomial); the committed runs drew with exponential_race, which the
-    study profile sets and the key's baseline holds (runs.KEY_DEFAULTS), so their keys are unchanged and a rerun skips
+    study profile sets and the key's baseline holds (run_keys.KEY_DEFAULTS), so their keys are unchanged and a rerun skips
     them. Computed as notebook 03 computes a run's settings, against the keys the committed runs carry."""
     import json
     from pathlib import Path

@@ -6,12 +6,18 @@ wrote them, then unblinded and compared (docs/statistics.md, "The blind audit").
     # label audit_items.jsonl (notebook 02's LabelingSession, data/gold_sentences.md's protocol), then
     python -m fspo_lite audit score --items results/study/audit_items.jsonl --key results/study/audit_key.json
 
-`sample` draws the same number of sentences from each method's held-out records (all seeds pooled, seeded),
+    # the second audit: four methods, stratified by question (the same questions for every method)
+    python -m fspo_lite audit sample --runs results/study/runs --methods grpo,fspo,corver,fspo+4x --n 160 \
+        --stratify question --prefix audit2 --out results/study/audit2_items.jsonl --key results/study/audit2_key.json
+
+`sample` draws the same number of sentences from each method's held-out records (all seeds pooled, seeded; with
+`--stratify question`, one sentence per method from each of a seeded list of questions that every method
+answered, so that every method is read on the same questions and no question weighs more than another),
 shuffles them and writes two files: the items to label (labeling.SentenceItem lines: question, evidence,
 the whole response, the sentence and its span; nothing that names the method, run or seed) and the key (item id
 -> method, run, seed, question, sample, and the automatic judges' labels). `score` reads the labels, only then the
-key, and reports each method's unsupported share of checkable sentences and the difference with a bootstrap
-interval clustered by question. The functions are pure; the two commands are thin shells.
+key, and reports each method's unsupported share of checkable sentences with a bootstrap interval clustered by
+question, and every other method's difference from the first (the first pair's difference is the headline one). The functions are pure; the two commands are thin shells.
 """
 
 from __future__ import annotations
@@ -68,6 +74,33 @@ def draw_audit(pools: dict[str, list[dict]], n: int, seed: int = 0) -> list[dict
     return drawn
 
 
+def draw_stratified(pools: dict[str, list[dict]], n: int, seed: int = 0) -> list[dict]:
+    """n sentences stratified by question: n / len(pools) per method, one sentence per method from each question of
+    a seeded shuffle of the questions every method has sentences on (a question is used again, with another
+    sentence, only after every question has been used once); drawn without replacement, in shuffled order."""
+    per_method, remainder = divmod(n, len(pools))
+    if remainder:
+        raise ValueError(f"--n {n} does not split equally over {len(pools)} methods")
+    rng = random.Random(seed)
+    by_question: dict[str, dict[str, list[dict]]] = {}
+    for method, pool in pools.items():
+        for entry in pool:
+            by_question.setdefault(entry["question_id"], {m: [] for m in pools})[method].append(entry)
+    questions = sorted(q for q, per in by_question.items() if all(per.values()))
+    rng.shuffle(questions)
+    left = {q: {m: rng.sample(entries, len(entries)) for m, entries in by_question[q].items()} for q in questions}
+    drawn: list[dict] = []
+    while len(drawn) < n:
+        usable = [q for q in questions if all(left[q].values())]
+        if not usable:
+            raise ValueError(f"the methods share {len(questions)} questions with sentences, too few to draw "
+                             f"{per_method} per method stratified by question")
+        for question in usable[: per_method - len(drawn) // len(pools)]:
+            drawn += [left[question][m].pop() for m in pools]
+    rng.shuffle(drawn)
+    return drawn
+
+
 def blind_items(drawn: Sequence[dict], examples: dict, prefix: str = "audit") -> tuple[list[SentenceItem], dict]:
     """(items to label, key): unlabeled SentenceItems numbered in the drawn order, with the question and evidence of
     `examples` (question id -> QAExample) and no trace of the method; the key maps item ids to where each came from."""
@@ -88,9 +121,10 @@ def blind_items(drawn: Sequence[dict], examples: dict, prefix: str = "audit") ->
 def score_audit(items: Sequence[SentenceItem], key: dict, methods: Sequence[str], n_resamples: int = 2000,
                 seed: int = 0, level: float = 0.95) -> dict:
     """Unblind labeled items with the key: per method the gold-label counts and the unsupported share of checkable
-    sentences; methods[1] - methods[0] with a percentile bootstrap interval that resamples questions as clusters
-    (the same draw for both methods); per automatic judge its agreement with the human labels on the checkable
-    sentences. Every item must be labeled."""
+    sentences with a percentile bootstrap interval over questions as clusters; methods[1] - methods[0] (diff, low,
+    high) and every later method minus methods[0] (differences), each resampling questions once for both methods;
+    per automatic judge its agreement with the human labels on the checkable sentences. Every item must be
+    labeled."""
     import numpy as np
 
     from fspo_lite import stats
@@ -102,7 +136,9 @@ def score_audit(items: Sequence[SentenceItem], key: dict, methods: Sequence[str]
     missing = [item.id for item in items if item.id not in key]
     if missing:
         raise ValueError(f"{len(missing)} items are not in the key (first: {missing[0]}): wrong key file?")
-    a, b = methods
+    if len(methods) < 2:
+        raise ValueError(f"the audit compares at least two methods, got {list(methods)}")
+    a, b = methods[0], methods[1]
     counts = {m: {"supported": 0, "unsupported": 0, "not_checkable": 0} for m in methods}
     questions = sorted({key[item.id]["question_id"] for item in items})
     q_index = {q: i for i, q in enumerate(questions)}
@@ -124,18 +160,29 @@ def score_audit(items: Sequence[SentenceItem], key: dict, methods: Sequence[str]
                  else float("nan")) for m, c in counts.items()}
     diff = stats.paired_difference(num[b], den[b], num[a], den[a], n_resamples,
                                    np.random.default_rng(seed), level)
+    differences = {}
+    for other in methods[1:]:
+        pair = stats.paired_difference(num[other], den[other], num[a], den[a], n_resamples,
+                                       np.random.default_rng(seed), level)
+        differences[f"{other} - {a}"] = {"diff": pair["diff"], "low": pair["low"], "high": pair["high"]}
+    share_interval = {}
+    for m in methods:
+        one = stats.bootstrap_mean(num[m], den[m], n_resamples, np.random.default_rng(seed), level)
+        share_interval[m] = [one["low"], one["high"]]
     return {"methods": list(methods), "items": len(items), "questions": len(questions), "counts": counts,
-            "unsupported_share": share, "difference": f"{b} - {a}", "diff": diff["diff"], "low": diff["low"],
-            "high": diff["high"], "level": level, "n_resamples": n_resamples, "seed": seed,
+            "unsupported_share": share, "unsupported_share_interval": share_interval,
+            "difference": f"{b} - {a}", "diff": diff["diff"], "low": diff["low"],
+            "high": diff["high"], "differences": differences, "level": level, "n_resamples": n_resamples,
+            "seed": seed,
             "judge_agreement": {j: {"agree": sum(v) / len(v), "n": len(v)} for j, v in agreement.items()}}
 
 
 def audit_markdown(result: dict) -> str:
     """The audit's numbers as a short markdown section."""
-    a, b = result["methods"]
+    a, b = result["methods"][:2]
     pct = f"{result['level']:.0%}"
     lines = ["## Blind audit", "",
-             f"{result['items']} held-out reasoning sentences ({result['items'] // 2} per method, "
+             f"{result['items']} held-out reasoning sentences ({result['items'] // len(result['methods'])} per method, "
              f"{result['questions']} questions), labeled against the evidence with the gold-set protocol "
              "(data/gold_sentences.md) before unblinding.", "",
              "| method | supported | unsupported | not checkable | unsupported share of checkable |",
@@ -147,6 +194,10 @@ def audit_markdown(result: dict) -> str:
     lines += ["", f"{b} - {a}: {100 * result['diff']:+.1f} points [{100 * result['low']:+.1f}, "
                   f"{100 * result['high']:+.1f}] ({pct} interval, bootstrap over questions as clusters, "
                   f"{result['n_resamples']} resamples)."]
+    others = {name: d for name, d in (result.get("differences") or {}).items() if name != f"{b} - {a}"}
+    if others:
+        lines += ["", "; ".join(f"{name}: {100 * d['diff']:+.1f} points [{100 * d['low']:+.1f}, "
+                                f"{100 * d['high']:+.1f}]" for name, d in others.items()) + "."]
     if result["judge_agreement"]:
         lines += ["", "Automatic judges against the audit labels (share of checkable sentences where they agree): "
                   + ", ".join(f"{j} {v['agree']:.1%} (n = {v['n']})" for j, v in result["judge_agreement"].items())
@@ -183,14 +234,21 @@ def labeled_count(items_path: str | Path) -> int:
                          "it is: choose another --out") from None
 
 
+STRATA = ("none", "question")
+"""--stratify: a uniform draw from each method's pool, or one sentence per method from each drawn question."""
+
+
 def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out: str, key_path: str,
-                   data: str | None = None, qa: str = "kbqa", overwrite_labels: bool = False) -> tuple[Path, Path]:
+                   data: str | None = None, qa: str = "kbqa", overwrite_labels: bool = False,
+                   stratify: str = "none", prefix: str = "audit") -> tuple[Path, Path]:
     """`audit sample`: draw, blind and write the items and the key, both staged before either replaces a file.
     Items already labeled at `out` (someone's work, which the key unblinds) and an existing key (which may unblind
     items labeled elsewhere) are never replaced unless overwrite_labels is set: ValueError before anything is
     written."""
-    if len(methods) != 2:
-        raise ValueError("the audit compares two methods, e.g. --methods grpo,fspo")
+    if len(methods) < 2 or len(set(methods)) != len(methods):
+        raise ValueError("the audit compares two or more distinct methods, e.g. --methods grpo,fspo")
+    if stratify not in STRATA:
+        raise ValueError(f"--stratify {stratify!r}: one of {', '.join(STRATA)}")
     labeled = 0 if overwrite_labels else labeled_count(out)
     if labeled:
         raise ValueError(f"{out} holds {labeled} labeled items; drawing again would replace them and their key "
@@ -199,9 +257,11 @@ def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out
     if not overwrite_labels and Path(key_path).exists():
         raise ValueError(f"{key_path} holds the key of an earlier draw, the only way to unblind its labels, wherever "
                          "its items are: choose another --key (and --out), or pass --overwrite-labels to replace it")
-    drawn = draw_audit(collect_sentences(runs_dir, methods, qa), n, seed)
-    items, key = blind_items(drawn, _examples(runs_dir, data, qa))
-    text = json.dumps({"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed, "items": key}, indent=1)
+    pools = collect_sentences(runs_dir, methods, qa)
+    drawn = (draw_stratified if stratify == "question" else draw_audit)(pools, n, seed)
+    items, key = blind_items(drawn, _examples(runs_dir, data, qa), prefix)
+    text = json.dumps({"methods": list(methods), "runs": str(runs_dir), "n": n, "seed": seed, "stratify": stratify,
+                       "items": key}, indent=1)
     with atomic_path(key_path) as key_staging, atomic_path(out) as items_staging:  # both written, then both renamed
         save_items(items, items_staging)
         key_staging.write_text(text, encoding="utf-8")
@@ -225,7 +285,7 @@ def cmd_audit_sample(args) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     try:
         items, key = sample_command(args.runs, methods, args.n, args.seed, args.out, args.key, args.data,
-                                    args.benchmark, args.overwrite_labels)
+                                    args.benchmark, args.overwrite_labels, args.stratify, args.prefix)
     except ValueError as error:
         print(f"fspo_lite: error: audit sample: {error}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from typing import Any
 
 from fspo_lite.atomic import atomic_write_json, atomic_write_text
 from fspo_lite.config import Config, ConfigError, apply_overrides, load_config
+from fspo_lite.drivers.run_keys import changed_settings, key_defaults
 from fspo_lite.logs.training_log import read_metrics
 
 
@@ -131,36 +132,6 @@ BASE_SECTIONS = ("model", "data", "rollout", "verifier", "evaluation")
 """The config sections that decide the base model's held-out numbers (no training happens)."""
 
 
-KEY_DEFAULTS: dict[str, dict[str, Any]] = {"rollout": {"draw": "exponential_race"}}
-"""Where a run key's baseline differs from today's default: the value every committed run was keyed against. A
-setting equal to it is left out of the key, so those runs keep their keys; today's default (`rollout.draw:
-multinomial`, generate's draw) is then a change the key records, and a profile that wants the committed runs' draw
-sets it (configs/lite/study.yaml and lite.yaml set `rollout.draw: exponential_race`)."""
-
-
-def key_defaults() -> dict[str, Any]:
-    """Config's defaults with KEY_DEFAULTS laid over them: the baseline `run_key` leaves out."""
-    defaults = Config().to_dict()
-    for section, values in KEY_DEFAULTS.items():
-        defaults[section] = {**defaults[section], **values}
-    return defaults
-
-
-def changed_settings(settings: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """The entries of a nested settings dict that differ from `defaults` (sections with no change left out)."""
-    changed = {}
-    for name, value in settings.items():
-        default = defaults.get(name, _ABSENT)
-        if isinstance(value, dict) and isinstance(default, dict):
-            inner = changed_settings(value, default)
-            if inner:
-                changed[name] = inner
-        elif value != default:
-            changed[name] = value
-    return changed
-
-
-_ABSENT = object()
 
 
 def source_identity(spec: str) -> str:

@@ -30,23 +30,29 @@ def question_metrics(judges: Sequence[str]) -> list[str]:
 
 
 def pairs_table(cells: pd.DataFrame, responses: pd.DataFrame, pairs: Sequence[tuple[str, str]],
-                judges: Sequence[str], n_resamples: int = 2000, seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+                judges: Sequence[str], n_resamples: int = 2000, seed: int = 0, level: float = 0.95,
+                seeds: pd.DataFrame | None = None) -> pd.DataFrame:
     """`method - baseline` for each pair on `question_metrics(judges)` (`pair_differences`) and on step
     hallucination at matched length per judge (`matched_length` over the pair's responses alone; metric
     `matched@<judge>`). Pairs with a method that was not run are left out. Rows: metric, method, baseline, diff,
-    low, high."""
-    columns = ["metric", "method", "baseline", "diff", "low", "high"]
+    low, high and, with `seeds` (`sensitivity.seed_values`), Welch's interval over seed values beside each
+    (welch_low, welch_high, welch_p; the matched-length rows carry theirs from `matched_length`)."""
+    from fspo_lite.drivers.report.sensitivity import with_welch
+
+    columns = ["metric", "method", "baseline", "diff", "low", "high", "welch_low", "welch_high", "welch_p"]
     ran = set(cells["method"])
     frames = []
     for method, baseline in pairs:
         if not {method, baseline} <= ran:
             continue
-        frames.append(pair_differences(cells, question_metrics(judges), method, baseline, n_resamples, seed, level))
+        paired = pair_differences(cells, question_metrics(judges), method, baseline, n_resamples, seed, level)
+        frames.append(with_welch(paired, seeds, level) if seeds is not None and len(paired) else paired)
         matched = matched_length(responses[responses["method"].isin([method, baseline])], baseline,
                                  n_resamples=n_resamples, seed=seed, level=level)
         if len(matched):
-            frames.append(matched.assign(metric="matched@" + matched["judge"])[columns])
-    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+            frames.append(matched.assign(metric="matched@" + matched["judge"]).reindex(columns=columns))
+    return (pd.concat(frames, ignore_index=True).reindex(columns=columns) if frames
+            else pd.DataFrame(columns=columns))
 
 
 def pair_row(pairs: pd.DataFrame, metric: str, method: str, baseline: str) -> pd.Series | None:

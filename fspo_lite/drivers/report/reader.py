@@ -173,6 +173,36 @@ def per_seed_figure(rows: Sequence[dict], metrics: Sequence[str], labels: Sequen
     return save_figure(fig, path)
 
 
+def run_times(runs_dir: str | Path) -> list[dict]:
+    """Each run's own measured time, as its files record it: training = the sum of its steps' step_time
+    (metrics.jsonl; 0 for the base model, which is not trained), evaluation = the sum of its benchmarks' seconds
+    (eval/summary.json). One row per <run>/heldout.json: run, method, steps, train_seconds, eval_seconds."""
+    rows = []
+    for info in sorted(Path(runs_dir).glob("*/heldout.json")):
+        run = info.parent
+        steps = list(read_jsonl(run / "metrics.jsonl")) if (run / "metrics.jsonl").exists() else []
+        summary = run / "eval" / "summary.json"
+        benchmarks = json.loads(summary.read_text()).get("benchmarks", {}) if summary.exists() else {}
+        rows.append({"run": run.name, "method": json.loads(info.read_text()).get("method"), "steps": len(steps),
+                     "train_seconds": float(sum(float(s.get("step_time") or 0.0) for s in steps)),
+                     "eval_seconds": float(sum(float(b.get("seconds") or 0.0) for b in benchmarks.values()))})
+    return rows
+
+
+def time_totals(rows: Sequence[dict]) -> dict:
+    """The runs' measured time in sums and per-run ranges: models (rows), trained (rows with a step), train and
+    eval seconds summed, and the smallest and largest per run of training (trained runs only), evaluation and
+    both together. {} without rows."""
+    if not rows:
+        return {}
+    trained = [r["train_seconds"] for r in rows if r["steps"]]
+    evals = [r["eval_seconds"] for r in rows]
+    both = [r["train_seconds"] + r["eval_seconds"] for r in rows]
+    return {"models": len(rows), "trained": len(trained), "train_seconds": sum(trained), "eval_seconds": sum(evals),
+            "total_seconds": sum(both), "train_range": [min(trained), max(trained)] if trained else None,
+            "eval_range": [min(evals), max(evals)], "run_range": [min(both), max(both)]}
+
+
 def dumps(value) -> object:
     """JSON-safe copy (NaN as None)."""
     return json.loads(json.dumps(value, default=float).replace("NaN", "null"))
@@ -210,6 +240,7 @@ def reader_statistics(runs_dir: str | Path, responses: pd.DataFrame, seeds: pd.D
         "resolvable": {j: resolvable(differences, f"supported_per_response@{j}") for j in judges}
         if len(differences) else {},
         "positions": position_shares(runs_dir, primary, qa) if primary else [],
+        "run_times": time_totals(run_times(runs_dir)),
         "examples": examples(runs_dir, pick_questions(responses, claims), order) if claims else [],
         "figures": figures, "figures_not_drawn": not_drawn})
 

@@ -22,8 +22,9 @@ from pathlib import Path
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.controls import control_lead, more_right_lead, readings_markdown
-from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, report_settings, resumed_note,
-                                             summary_document, verdict, verdict_markdown)
+from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, last_invocation_sentence, report_settings,
+                                             resumed_note, runs_time_sentence, summary_document, verdict,
+                                             verdict_markdown)
 from fspo_lite.drivers.report.plain import plain_words
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.validity import VALIDITY_FILE, validity_markdown
@@ -116,9 +117,14 @@ def wall_time(summary: dict) -> str:
 
 
 def study_time(summary: dict) -> str:
-    """The study's wall time, said as what it is: the whole study when its last invocation trained every run,
-    else that invocation's time with what it trained, resumed and skipped."""
+    """The study's time, said as what it is: what its runs took by their own measured files (every run's training
+    steps and evaluation, summed, and the range per run), then, apart, what the last invocation did and how long
+    it took. Without measured run times (an older summary.json): the invocation's wall time, and what it trained,
+    resumed and skipped."""
     job = summary["job"]
+    measured = runs_time_sentence(((summary.get("statistics") or {}).get("reader") or {}).get("run_times") or {})
+    if measured:
+        return f"{measured} {last_invocation_sentence(job)}"
     runs = job.get("runs") or {}
     if runs.get("resumed") or runs.get("skipped"):
         return (f"Wall time of the study's last invocation: {wall_time(summary)} (`{job['command']}`, "

@@ -25,10 +25,11 @@ from fspo_lite.drivers.report.lite import goal_check, summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges, plot_paired_differences
 from fspo_lite.drivers.report.reader import (examples_markdown, figures_markdown, main_table_markdown,
                                              positions_markdown)
-from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown
+from fspo_lite.drivers.report.sensitivity import resolvable_markdown, sensitivity_markdown, welch_more_markdown
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.summary import direction, study_markdown
-from fspo_lite.drivers.report.validity import VALIDITY_FILE, draw_reading, validity_markdown
+from fspo_lite.drivers.report.validity import (VALIDITY_FILE, draw_reading, second_audit_markdown,
+                                               second_audit_reading, validity_markdown)
 from fspo_lite.drivers.report.audit_file import read_audit
 
 AUDIT_FILE = "audit.json"
@@ -177,7 +178,7 @@ def verdict(summary: dict, audit: dict | None = None, validity: dict | None = No
                         if d else "") + ".")
     if any(matched.values()):
         lines.append("At matched length (responses with the same number of reasoning sentences): " + "; ".join(
-            f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}"
+            f"{name[j]} {format_interval(SHARE, r['diff'], r['low'], r['high'], True)}{welch_note(r)}"
             for j, r in matched.items() if r) + " points.")
     claims = {j: _difference(stats, f"claims_step_hallucination@{j}", method) for j in judges if j != main}
     if primary and any(claims.values()):
@@ -190,6 +191,9 @@ def verdict(summary: dict, audit: dict | None = None, validity: dict | None = No
                      f"share {audit['difference']} "
                      f"{format_interval(SHARE, audit['diff'], audit['low'], audit['high'], True)} points"
                      + (f"; {draw}" if draw else "") + ".")
+    second = second_audit_reading(validity or {}, main if primary else "kb")
+    if second:
+        lines.append(second)
 
     drop = direction(raw[main])
     if drop != "below":
@@ -198,20 +202,33 @@ def verdict(summary: dict, audit: dict | None = None, validity: dict | None = No
                     "intervals resolve.")
         return {"headline": headline, "lines": lines}
     length_explains = any(matched.values()) and all(direction(r) != "below" for r in matched.values() if r)
-    audit_state = None if not audit else direction(audit)
+    states = audit_states(audit, validity, f"{method} - {baseline}")
+    audit_state = None if not states else ("below" if all(x == "below" for x in states) else "not below")
+    unconfirmed = ("the blind audit does not confirm it" if len(states) == 1 else
+                   "neither blind audit confirms it" if "below" not in states else "the blind audits disagree")
     if length_explains:
         headline = (f"{method} makes reasoning shorter; this does not show that it makes reasoning more factual: "
                     + matched_phrase(matched, raw, main))
         if audit_state is not None and audit_state != "below":
-            headline += ", and the blind audit does not confirm it"
+            headline += f", and {unconfirmed}"
     elif audit_state is not None and audit_state != "below":
-        headline = (f"The automatic judges see lower step hallucination for {method}; the blind audit does not "
-                    "confirm it")
+        headline = f"The automatic judges see lower step hallucination for {method}; {unconfirmed}"
     else:
         headline = f"{method} lowers held-out step hallucination against {baseline}"
         headline += ", also at matched length" if any(matched.values()) else ""
-        headline += "; the blind audit confirms it" if audit_state == "below" else " (not checked by hand)"
+        headline += ((f"; the blind audit{'s confirm' if len(states) > 1 else ' confirms'} it")
+                     if audit_state == "below" else " (not checked by hand)")
     return {"headline": headline + ".", "lines": lines}
+
+
+def audit_states(audit: dict | None, validity: dict | None, pair: str) -> list[str]:
+    """Where each blind audit's unsupported-share difference for `pair` ('fspo - grpo') lies ('below' 0, ...): the
+    first audit's (audit.json), then the second's (judge_validity.json's second audit) when it compares that pair."""
+    states = [direction(audit)] if audit else []
+    second = ((((validity or {}).get("sets") or {}).get("second audit") or {}).get("arms") or {})
+    if pair in (second.get("differences") or {}):
+        states.append(direction(second["differences"][pair]))
+    return states
 
 
 def verdict_markdown(result: dict) -> list[str]:
@@ -227,6 +244,40 @@ def resumed_note(runs: dict[str, int]) -> str:
         return f"Runs: {trained} trained in this invocation."
     return (f"Runs: this invocation trained {trained}, resumed {resumed} from their checkpoints and skipped "
             f"{skipped} finished by earlier ones, so its wall time is not the time of the whole job.")
+
+
+def runs_time_sentence(times: dict) -> str:
+    """What the runs themselves took, from their measured files (reader.time_totals): the sum of every run's
+    training steps and evaluation, and the range per run; '' without measured runs."""
+    if not times:
+        return ""
+
+    def minutes(pair):
+        return f"{pair[0] / 60:.1f}-{pair[1] / 60:.1f} min"
+
+    text = (f"The study's {times['models']} models took {times['total_seconds'] / 3600:.1f} h of measured time: "
+            f"training {times['train_seconds'] / 3600:.1f} h over {times['trained']} runs")
+    if times.get("train_range"):
+        text += f" ({minutes(times['train_range'])} each)"
+    return (text + f", evaluation {times['eval_seconds'] / 3600:.1f} h ({minutes(times['eval_range'])} each); "
+            f"{minutes(times['run_range'])} per model, training and evaluation together (each run's metrics.jsonl "
+            "step times and eval/summary.json benchmark seconds, summed; model loading and the report not "
+            "counted).")
+
+
+def last_invocation_sentence(job: dict) -> str:
+    """What the last invocation of the job did and how long it took, said apart from the runs' own time."""
+    runs = job.get("runs") or {}
+    trained, resumed, skipped = (runs.get(k, 0) for k in ("trained", "resumed", "skipped"))
+    total = job.get("total_seconds")
+    took = f"{total / 60:.1f} min" if total else "an unrecorded time"
+    if runs and not trained and not resumed:
+        did = f"trained no run and skipped the {skipped} finished ones: it read the runs and wrote the report"
+    elif runs:
+        did = f"trained {trained}, resumed {resumed} from their checkpoints and skipped {skipped} finished runs"
+    else:
+        did = "ran the notebooks"
+    return f"The last invocation (`{job.get('command', 'n/a')}`) {did}, in {took}."
 
 
 def questions_of(stats: dict) -> dict | None:
@@ -274,17 +325,23 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
         lines.append(study.split("\n", 2)[2])
         lines += [*sensitivity_markdown(stats["differences"], stats.get("judges") or [], reader.get("holm") or [],
                                         settings["order"]),
+                  *welch_more_markdown(stats),
                   *resolvable_markdown(reader.get("resolvable") or {}),
                   *positions_markdown(reader.get("positions") or [], reader.get("primary"), settings["order"]),
                   *examples_markdown(reader.get("examples") or [], stats.get("judges") or []),
                   *figures_markdown(stats.get("figures") or {}), ""]
     if audit:
         lines += ["## Blind audit", "", audit_summary(audit), ""]
+    lines += second_audit_markdown(validity or {}, reader.get("primary"))
     lines += not_drawn_markdown({**(summary.get("figures_not_drawn") or {}), **((stats or {}).get("figures_not_drawn")
                                                                                  or {})})
     job = summary.get("job")
+    measured = runs_time_sentence(((stats or {}).get("reader") or {}).get("run_times") or {})
+    if measured:
+        lines += ["## Time the runs took", "", measured, ""]
     if job:
-        lines += [f"## Wall time (profile `{job['profile']}`)", "", "| notebook | seconds |", "|---|---|"]
+        lines += [f"## Wall time of the last invocation (profile `{job['profile']}`)", "", "| notebook | seconds |",
+                  "|---|---|"]
         lines += [f"| {name} | {seconds:.0f} |" for name, seconds in job["notebook_seconds"].items()]
         lines += [f"| **total** | **{job['total_seconds']:.0f}** ({job['total_seconds'] / 60:.1f} min) |", ""]
         if job.get("runs"):

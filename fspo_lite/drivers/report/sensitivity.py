@@ -31,14 +31,20 @@ def seed_values(cells: pd.DataFrame) -> pd.DataFrame:
 
 def with_welch(differences: pd.DataFrame, seeds: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """The paired differences with Welch's interval and p-value over seed values beside each bootstrap interval
-    (columns welch_low, welch_high, welch_p)."""
+    (columns welch_low, welch_high, welch_p), and the relative change's Welch-type interval (welch_relative_low,
+    welch_relative_high; `stats.welch_relative_interval`). Rows whose metric has no seed values (matched length,
+    computed elsewhere) keep the Welch columns they carry."""
     values = {key: group["value"].to_numpy() for key, group in seeds.groupby(["metric", "method"])}
     rows = []
     for row in differences.to_dict(orient="records"):
         a, b = values.get((row["metric"], row["method"])), values.get((row["metric"], row["baseline"]))
-        w = stats.welch_interval(a, b, level) if a is not None and b is not None else {"low": math.nan,
-                                                                                        "high": math.nan, "p": math.nan}
-        rows.append({**row, "welch_low": w["low"], "welch_high": w["high"], "welch_p": w["p"]})
+        if a is None or b is None:
+            rows.append({"welch_low": math.nan, "welch_high": math.nan, "welch_p": math.nan,
+                         "welch_relative_low": math.nan, "welch_relative_high": math.nan, **row})
+            continue
+        w, r = stats.welch_interval(a, b, level), stats.welch_relative_interval(a, b, level)
+        rows.append({**row, "welch_low": w["low"], "welch_high": w["high"], "welch_p": w["p"],
+                     "welch_relative_low": r["low"], "welch_relative_high": r["high"]})
     return pd.DataFrame(rows)
 
 
@@ -147,3 +153,75 @@ def resolvable_markdown(resolvable_rows: dict) -> list[str]:
             "The smallest difference in supported sentences per response (arm - grpo) that 117 questions x 4 answers "
             "x 5 seeds finds 80% of the time at 5%, 2.8 standard errors, each read from its bootstrap interval's width: "
             + "; ".join(parts) + ". A smaller change in what an arm says rightly would go unseen."]
+
+
+PAIR_METRICS = ("accuracy", "step_hallucination", "supported_per_response", "unsupported_per_response", "matched")
+"""The added arms' pair readings shown with Welch beside them (per judge for all but accuracy)."""
+
+
+def welch_rows(stats_part: dict) -> dict[str, list[dict]]:
+    """The readings beyond the main paired differences that carry Welch's interval over seed values: matched
+    length (each arm - baseline per judge), the caution goal's relative change in all-attempts-wrong, and the
+    added arms' pair readings; each row with diff, low, high, welch_low, welch_high and `survives`."""
+    def clean(row, **keys):
+        out = {k: (math.nan if row.get(v) is None else float(row[v])) for k, v in keys.items()}
+        return {**out, "survives": survives(out)}
+
+    matched = [{"reading": f"step hallucination at matched length ({r['judge']})", "pair": f"{r['method']} - "
+                f"{r['baseline']}", "unit": "points", **clean(r, diff="diff", low="low", high="high",
+                                                               welch_low="welch_low", welch_high="welch_high")}
+               for r in stats_part.get("matched_length") or [] if "welch_low" in r]  # older summaries: none
+    goal = [{"reading": "caution goal: relative change in all attempts wrong", "pair": f"{r['method']} - "
+             f"{r['baseline']}", "unit": "relative", **clean(r, diff="aaw_relative", low="aaw_relative_low",
+                                                             high="aaw_relative_high",
+                                                             welch_low="aaw_relative_welch_low",
+                                                             welch_high="aaw_relative_welch_high")}
+            for r in stats_part.get("caution_goal") or [] if "aaw_relative_welch_low" in r]
+    pairs = []
+    for r in (stats_part.get("questions") or {}).get("pairs") or []:
+        if r["metric"].split("@", 1)[0] in PAIR_METRICS and "welch_low" in r:
+            pairs.append({"reading": r["metric"], "pair": f"{r['method']} - {r['baseline']}",
+                          "unit": "points" if r["metric"].startswith(("accuracy", "step_", "matched")) else "count",
+                          **clean(r, diff="diff", low="low", high="high", welch_low="welch_low",
+                                  welch_high="welch_high")})
+    return {"matched length": matched, "caution goal": goal, "added-arm pairs": pairs}
+
+
+def welch_value(row: dict, low: float, high: float) -> str:
+    """'-3.1 [-9.4, +2.9]' in the row's unit: points for shares, percent for relative changes, counts as they are."""
+    scale, digits, tail = {"points": (100, 1, ""), "relative": (100, 1, "%"), "count": (1, 2, "")}[row["unit"]]
+    if math.isnan(low) or math.isnan(high):
+        return f"{scale * row['diff']:+.{digits}f}{tail} [n/a]"
+    return f"{scale * row['diff']:+.{digits}f}{tail} [{scale * low:+.{digits}f}, {scale * high:+.{digits}f}]"
+
+
+def welch_answer(groups: dict[str, list[dict]]) -> str:
+    """Which of these readings the bootstrap resolves and which of those survive Welch too, group by group."""
+    parts = []
+    for name, rows in groups.items():
+        if not rows:
+            continue
+        boot = [r for r in rows if r["survives"] in ("both", "bootstrap only")]
+        both = [r for r in rows if r["survives"] == "both"]
+        parts.append(f"{name}: {len(boot)} of {len(rows)} resolved by the bootstrap, {len(both)} also by Welch ("
+                     + (", ".join(f"{r['pair']} {r['reading']}" for r in both) or "none") + ")")
+    return ("Which survive both: " + "; ".join(parts) + ".") if parts else ""
+
+
+def welch_more_markdown(stats_part: dict) -> list[str]:
+    """summary.md's tables of the matched-length, caution-goal and added-arm readings with the bootstrap and Welch
+    intervals side by side, and the answer in one sentence."""
+    groups = welch_rows(stats_part)
+    if not any(groups.values()):
+        return []
+    lines = ["", "### Welch beside the matched-length, caution-goal and added-arm readings", "",
+             "Same check as above (Welch's t over seed values; for the caution goal's relative change the Welch-type "
+             "interval on the log scale, docs/statistics.md, \"Seed-level sensitivity\"). Points for shares, % for "
+             "the relative change, counts per response for sentence counts.", "",
+             "| reading | pair | bootstrap | Welch over seeds | resolved by |", "|---|---|---|---|---|"]
+    for rows in groups.values():
+        for r in rows:
+            lines.append(f"| {r['reading']} | {r['pair']} | {welch_value(r, r['low'], r['high'])} | "
+                         f"{welch_value(r, r['welch_low'], r['welch_high'])} | {r['survives']} |")
+    answer = welch_answer(groups)
+    return lines + (["", answer] if answer else [])

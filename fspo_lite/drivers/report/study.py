@@ -269,12 +269,20 @@ def caution_goal(differences: pd.DataFrame, relative_drop: float = CAUTION_GOAL[
                "aaw_relative": aaw["relative"], "aaw_relative_low": aaw["relative_low"],
                "aaw_relative_high": aaw["relative_high"], "correct_points": 100 * acc["diff"],
                "correct_points_low": 100 * acc["low"], "correct_points_high": 100 * acc["high"]}
+        if "welch_relative_low" in d.columns:  # Welch over seed values beside the bootstrap (with_welch)
+            row.update({"aaw_relative_welch_low": aaw["welch_relative_low"],
+                        "aaw_relative_welch_high": aaw["welch_relative_high"],
+                        "correct_points_welch_low": 100 * acc["welch_low"],
+                        "correct_points_welch_high": 100 * acc["welch_high"]})
         if "not_attempted" in d.index:
             na = d.loc["not_attempted"]
             row.update({"not_attempted_points": 100 * na["diff"], "not_attempted_points_low": 100 * na["low"],
                         "not_attempted_points_high": 100 * na["high"]})
         row["met"] = bool(row["aaw_relative"] <= -relative_drop and row["correct_points"] >= -correct_points)
         row["holds"] = bool(row["aaw_relative_high"] <= -relative_drop and row["correct_points_low"] >= -correct_points)
+        if "aaw_relative_welch_high" in row:
+            row["holds_welch"] = bool(row["aaw_relative_welch_high"] <= -relative_drop
+                                      and row["correct_points_welch_low"] >= -correct_points)
         rows.append(row)
     return pd.DataFrame(rows)
 

@@ -303,7 +303,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
         counts = [f"{kind}_per_response@{j}" for j in judges for kind in ("supported", "unsupported")]
         versus = pair_differences(cells, counts, *study.detail_arm, **boot)
         detail = detail_arm_check(tables["differences"], versus, judges, *study.detail_arm)
-    questions = added_arms(study, cells, responses, judges, boot)
+    questions = added_arms(study, cells, responses, judges, boot, seeds)
     training = load_training(study.runs_dir)
     controls = controls_section(study, cells, responses, tables, matched, training, judges, boot)
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
@@ -352,13 +352,13 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
 
 
 def added_arms(study: Study, cells: pd.DataFrame, responses: pd.DataFrame, judges: Sequence[str],
-               boot: dict) -> dict:
-    """The added arms' two questions: the pairs' differences (`pairs_table`) and both checks; {} when neither
-    question's arms were run."""
+               boot: dict, seeds: pd.DataFrame | None = None) -> dict:
+    """The added arms' two questions: the pairs' differences (`pairs_table`, with Welch over `seeds` beside each)
+    and both checks; {} when neither question's arms were run."""
     arm, reference, baseline = study.verifier_question
     short, long = study.longer_question
     pairs = pairs_table(cells, responses, [(arm, reference), (arm, baseline), tuple(short), tuple(long),
-                                           (long[1], short[1]), (long[0], short[0])], judges, **boot)
+                                           (long[1], short[1]), (long[0], short[0])], judges, **boot, seeds=seeds)
     verifier = verifier_check(pairs, judges, arm, reference, baseline, training_verifier(study.runs_dir, arm))
     longer = longer_check(pairs, judges, tuple(short), tuple(long))
     if verifier["answer"] == "n/a" and longer["answer"] == "n/a":

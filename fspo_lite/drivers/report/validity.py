@@ -1,13 +1,17 @@
 """How far each held-out judge can be trusted: its agreement with the hand labels (docs/statistics.md, "Judge
 validity"), and whether the blind audit's draw is typical of the sentences it was drawn from.
 
-Two hand-labelled sets lie beside the study: the blind audit (results/study/audit_items.jsonl with its key) and the
-kb judge's out-of-sample check (results/study/kb_check_items.jsonl with its key). Each item is one held-out reasoning
+Three hand-labelled sets lie beside the study: the blind audit (results/study/audit_items.jsonl with its key), the
+kb judge's out-of-sample check (results/study/kb_check_items.jsonl with its key) and the second blind audit
+(results/study/audit2_items.jsonl with its key: grpo, fspo, corver and fspo+4x, stratified by question, labelled
+after the kb judge's rules were fixed). Each item is one held-out reasoning
 sentence; its key names the run, question and sample it came from. The judges' labels are read from that run's
 records today (the kb judge was added after the audit was drawn), and an item whose response is no longer in the
 records (a run made again since) is left out and counted. For each judge: agreement with the hand labels on the
 sentences a person found checkable, Cohen's kappa, and the constant baseline (every sentence 'unsupported'), each
-with a bootstrap interval over questions.
+with a bootstrap interval over questions. For the second audit also each arm's unsupported share by the hand
+labels (`fspo_lite.drivers.audit.score_audit`) and each judge's agreement within each arm and over the arms that
+train with FSPO's flip (fspo, corver, fspo+4x: the sentences a judge of FSPO must read).
 
     python -m fspo_lite.drivers.report.validity --runs results/study/runs --out results/study/judge_validity.json
 
@@ -33,8 +37,15 @@ from fspo_lite.jsonl import read_jsonl
 SETS = (("audit", "audit_items.jsonl", "audit_key.json",
          "the blind audit (grpo and fspo; the kb judge's rules were written reading these labels: in-sample for kb)"),
         ("out of sample", "kb_check_items.jsonl", "kb_check_key.json",
-         "120 sentences of random, format and ternary labelled after the kb rules were fixed"))
+         "120 sentences of random, format and ternary labelled after the kb rules were fixed"),
+        ("second audit", "audit2_items.jsonl", "audit2_key.json",
+         "grpo, fspo, corver and fspo+4x, stratified by question, labelled after the kb rules were fixed: out of "
+         "sample for every judge"))
 """(name, items file, key file, what it is) of the hand-labelled sets, in results/study/."""
+SCORED_SETS = ("second audit",)
+"""Sets whose arms are compared by their hand labels (each arm's unsupported share, each judge within each arm)."""
+FLIP_ARMS = ("fspo", "corver", "fspo+4x")
+"""The arms trained with FSPO's flip: their pooled sentences are the FSPO-style ones a judge is read on."""
 VALIDITY_FILE = "judge_validity.json"
 
 
@@ -113,6 +124,24 @@ def draw_check(rows: Sequence[dict], pool: dict[str, tuple[int, int]], judge: st
     return out
 
 
+def arm_readings(items, key: dict, rows: Sequence[dict], methods: Sequence[str], n_resamples: int = 2000,
+                 seed: int = 0) -> dict:
+    """{"arms": score_audit's result (each arm's hand-label counts and unsupported share with its interval, every
+    later arm minus the first), "by_arm": per arm, and over FLIP_ARMS pooled ("flip arms"), each judge's
+    agreement, kappa and constant baseline (judge_validity on that arm's rows)}."""
+    from fspo_lite.drivers.audit import score_audit  # here: drivers.audit imports the report package
+
+    arms = score_audit(items, key, methods, n_resamples, seed)
+    arms.pop("judge_agreement", None)  # the judges' labels as drawn; judge_validity reads today's records
+    groups = {m: [m] for m in methods}
+    flip = [m for m in FLIP_ARMS if m in methods]
+    if flip:
+        groups["flip arms"] = flip
+    return {"arms": arms, "by_arm": {name: {"methods": members, "checkable": sum(
+        1 for r in rows if r["method"] in members and r["human"] != 0), "judges": judge_validity(
+        [r for r in rows if r["method"] in members], n_resamples, seed)} for name, members in groups.items()}}
+
+
 def pool_counts(runs_dir: str | Path, methods: Sequence[str], judge: str = "kb", qa: str = "kbqa") -> dict:
     """method -> (sentences the judge labels supported, sentences it labels at all) over all its runs today."""
     counts = {m: [0, 0] for m in methods}
@@ -148,6 +177,9 @@ def validity_report(runs_dir: str | Path, folder: str | Path, n_resamples: int =
         if name == "audit":
             methods = sorted({r["method"] for r in rows})
             entry["draw"] = draw_check(rows, pool_counts(runs_dir, methods))
+        if name in SCORED_SETS:
+            entry.update(arm_readings(items, key, rows, json.loads(key_path.read_text())["methods"], n_resamples,
+                                      seed))
         report["sets"][name] = entry
     return report
 
@@ -242,3 +274,78 @@ def draw_reading(validity: dict, judge: str = "kb") -> str:
             f"{method}'s whole pool predicts {row['expected']:.1f} (a count this far off has probability "
             f"{row['tail']:.4f} under the audit's uniform draw)"
             + ("" if typical else ": the draw stands as drawn, but it is not typical of what fspo writes"))
+
+
+def points(d: dict) -> str:
+    """'-6.2 [-20.6, +7.9]' for a difference of shares given as fractions."""
+    return f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
+def second_audit_reading(validity: dict, judge: str = "kb") -> str:
+    """The second audit in one sentence ('' without one): each arm's unsupported share by the hand labels, every arm
+    against the first, whether any interval excludes 0, and `judge`'s agreement on the arms trained with the flip."""
+    entry = (validity.get("sets") or {}).get("second audit") or {}
+    arms = entry.get("arms")
+    if not arms:
+        return ""
+    shares = ", ".join(f"{m} {100 * arms['unsupported_share'][m]:.0f}% "
+                       f"[{100 * arms['unsupported_share_interval'][m][0]:.0f}, "
+                       f"{100 * arms['unsupported_share_interval'][m][1]:.0f}]" for m in arms["methods"])
+    pairs = arms.get("differences") or {}
+    resolved = [name for name, d in pairs.items() if d["high"] < 0 or d["low"] > 0]
+    text = (f"Second blind audit ({arms['items']} sentences, {arms['questions']} questions, stratified by question, "
+            f"labelled blind to arm and judge): unsupported share of checkable sentences {shares}; "
+            + "; ".join(f"{name} {points(d)} points" for name, d in pairs.items()) + " ("
+            + (f"resolved: {', '.join(resolved)}" if resolved else "no interval excludes 0") + ")")
+    flip = ((entry.get("by_arm") or {}).get("flip arms") or {})
+    row = (flip.get("judges") or {}).get(judge)
+    if row:
+        text += (f"; the {judge} judge agrees with it on {pct_interval(row, 'agree')} of the {flip['checkable']} "
+                 f"checkable sentences of {', '.join(flip['methods'])} (kappa {pct_interval(row, 'kappa')}, out of "
+                 "sample" + (f"; no disagreement to resample, exact lower bound {all_agree_bound(row):.1%}"
+                             if row["agree"] == 1 else "") + ")")
+    return text + "."
+
+
+def all_agree_bound(row: dict, level: float = 0.95) -> float:
+    """For a judge that agrees on every one of row['n'] sentences (its bootstrap interval is then [1, 1]): the
+    Clopper-Pearson lower bound of its agreement, sentences taken as independent (`fspo_lite.stats.exact_lower`)."""
+    return stats.exact_lower(row["n"], row["n"], level)
+
+
+def second_audit_markdown(validity: dict, primary: str | None = None) -> list[str]:
+    """summary.md's section on the second audit: each arm's hand-label counts and unsupported share, the
+    differences from the first arm, and each judge's agreement within each arm and over the flip arms."""
+    entry = (validity.get("sets") or {}).get("second audit") or {}
+    arms = entry.get("arms")
+    if not arms:
+        return []
+    lines = ["## Second blind audit", "",
+             f"{arms['items']} held-out reasoning sentences ({arms['items'] // len(arms['methods'])} per arm) from "
+             f"{arms['questions']} questions: one sentence of each arm from each question of a seeded draw, shuffled, "
+             "labelled by hand from the question, the evidence and the response only (docs/statistics.md, \"The "
+             "second audit\").", "",
+             "| arm | supported | unsupported | not checkable | unsupported share of checkable [95% interval] |",
+             "|---|---|---|---|---|"]
+    for m in arms["methods"]:
+        c, (low, high) = arms["counts"][m], arms["unsupported_share_interval"][m]
+        lines.append(f"| {m} | {c['supported']} | {c['unsupported']} | {c['not_checkable']} | "
+                     f"{100 * arms['unsupported_share'][m]:.1f}% [{100 * low:.1f}, {100 * high:.1f}] |")
+    lines += ["", "Differences (points, bootstrap over questions as clusters): "
+              + "; ".join(f"{name} {points(d)}" for name, d in (arms.get("differences") or {}).items()) + ".", ""]
+    by_arm = entry.get("by_arm") or {}
+    judges = sorted(sorted({j for g in by_arm.values() for j in g["judges"]}), key=lambda j: j != primary)
+    lines += ["Each judge against these labels, within each arm (agreement / kappa / constant 'unsupported'):", "",
+              "| judge | " + " | ".join(f"{name} (n = {g['checkable']})" for name, g in by_arm.items()) + " |",
+              "|---|" + "---|" * len(by_arm)]
+    for judge in judges:
+        lines.append(f"| {judge}{' (primary)' if judge == primary else ''} | " + " | ".join(
+            " / ".join(pct_interval(g["judges"][judge], k) for k in ("agree", "kappa", "constant"))
+            if judge in g["judges"] else "" for g in by_arm.values()) + " |")
+    perfect = [f"{judge} on {name} ({all_agree_bound(g['judges'][judge]):.1%})" for name, g in by_arm.items()
+               for judge in judges if g["judges"].get(judge, {}).get("agree") == 1]
+    if perfect:
+        lines += ["", "Where a judge agrees on every sentence the bootstrap has no disagreement to resample and its "
+                  "interval is [100, 100]; the exact (Clopper-Pearson) 95% lower bound, sentences taken as "
+                  "independent: " + "; ".join(perfect) + "."]
+    return [*lines, ""]

@@ -196,7 +196,7 @@ def resume_cases(folder: Path, probe) -> list[tuple[str, str, str]]:
     first, other = tiny_run(folder / "run_a", data, 0), tiny_run(folder / "run_b", data, 1)
 
     def copy(name: str) -> Path:
-        target = folder / name
+        target = folder / f"resume_{name}"
         shutil.copytree(first, target, symlinks=True)
         return target
 

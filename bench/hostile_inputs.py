@@ -47,7 +47,8 @@ from fspo_lite.jsonl import read_jsonl  # noqa: E402
 import hostile_outside  # noqa: E402  (bench/: notebook parameters, result files, adapters, output folders)
 import hostile_round4  # noqa: E402  (bench/: folders, keys, links, secrets, judge deadlines, nested locks)
 
-USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ResultFileError", "OutputFolderError")
+USER_ERRORS = ("ConfigError", "DataError", "CheckpointError", "TrainingError", "ResultFileError", "OutputFolderError",
+               "RunLogError")
 HOSTILE_NUMBERS = [".nan", ".inf", "-.inf", "1e20", "-1"]
 ALWAYS_SHOWN = ("alias bomb (child process)", "03.methods=<384-byte alias bomb> (child process)", "50 MB question", "1 MB question", "drip headers", "huge streamed")
 """Cases whose line is printed whatever their verdict (their time and size are figures docs/reliability.md quotes)."""

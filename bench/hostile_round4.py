@@ -7,7 +7,14 @@ out, each case `refused` (one line, nothing written or sent), `valid` or `silent
 - credentials in a server URL: config.yaml and the console's error line;
 - an LLM judge server that drips its answer (verifier.request_timeout=1) and one that redirects the API key to
   another origin;
-- a `train` into a folder inside a folder another process holds.
+- a `train` into a folder inside a folder another process holds;
+- resume into a run that must not be continued: a damaged middle row of metrics.jsonl, a finished run without its
+  checkpoints, its data file changed under the same path, a checkpoint copied in from another run, `checkpoints/`
+  linked into another run (a real 2-step tiny run, resumed with the model loader as a tripwire);
+- files the report reads: a 300k-token samples.jsonl row (read and plotted in a child process, 60 s allowed),
+  audit.json with low above high, +inf and a script tag, evaluation data giving one id to two questions and
+  `rejudge --threshold nan`, metrics.jsonl with a NaN reward, an empty file, bytes that are not UTF-8 and a step
+  that goes backwards.
 """
 
 from __future__ import annotations
@@ -167,6 +174,141 @@ def lock_cases(folder: Path, probe) -> list[tuple[str, str, str]]:
         holder.stdout.close()
 
 
+def tiny_run(folder: Path, data: Path, seed: int) -> Path:
+    """A finished 2-step tiny run in `folder` (checkpoints at steps 1 and 2) on the questions in `data`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    env.pop("FSPO_LITE_RUN_LOCKS", None)
+    subprocess.run([sys.executable, "-m", "fspo_lite", "train", "--config", str(ROOT / "configs" / "tiny.yaml"),
+                    *[arg for value in (f"train.output_dir={folder}", "train.save_every=1", f"data.train={data}",
+                                        "rollout.max_new_tokens=4", f"train.seed={seed}") for arg in ("--set", value)]],
+                   env=env, cwd=ROOT, check=True, capture_output=True, timeout=900)
+    return folder
+
+
+def resume_cases(folder: Path, probe) -> list[tuple[str, str, str]]:
+    import shutil
+
+    from fspo_lite.data.examples import QAExample, save_examples
+
+    data = folder / "questions.jsonl"
+    examples = [QAExample(f"q{i}", f"What is fact {i}?", [f"answer {i}"], f"Fact {i} is answer {i}.") for i in range(4)]
+    save_examples(examples, data)
+    first, other = tiny_run(folder / "run_a", data, 0), tiny_run(folder / "run_b", data, 1)
+
+    def copy(name: str) -> Path:
+        target = folder / f"resume_{name}"
+        shutil.copytree(first, target, symlinks=True)
+        return target
+
+    damaged = copy("damaged")
+    lines = (damaged / "metrics.jsonl").read_text().splitlines()
+    (damaged / "metrics.jsonl").write_text("\n".join(["{broken", *lines[1:]]) + "\n")
+    bare = copy("bare")
+    shutil.rmtree(bare / "checkpoints")
+    changed = copy("changed")
+    copied = copy("copied")
+    shutil.rmtree(copied / "checkpoints")
+    shutil.copytree(other / "checkpoints", copied / "checkpoints")
+    linked = copy("linked")
+    shutil.rmtree(linked / "checkpoints")
+    (linked / "checkpoints").symlink_to(other / "checkpoints")
+    changed_data = folder / "changed.jsonl"
+    save_examples(examples, changed_data)
+    results = []
+    for what, run, source in (("a damaged middle row of metrics.jsonl", damaged, data),
+                              ("a finished run without its checkpoints", bare, data),
+                              ("a checkpoint copied in from another run", copied, data),
+                              ("checkpoints/ linked into another run", linked, data),
+                              ("its data file changed under the same path", changed, changed_data)):
+        if run is changed:
+            save_examples([*examples[:3], QAExample("q3", "What is fact 3?", ["other"], "Fact 3 is other.")],
+                          changed_data)
+        results.append((f"resume: {what}", *probe.cli_verdict(
+            ["train", "--config", str(ROOT / "configs" / "tiny.yaml"), "--set", f"train.output_dir={run}",
+             "--set", "train.resume=true", "--set", "train.save_every=1", "--set", f"data.train={source}",
+             "--set", "rollout.max_new_tokens=4"])))
+    return results
+
+
+RUNAWAY = """
+import json, sys, time
+from pathlib import Path
+folder = Path(sys.argv[1])
+tokens = 300_000
+row = {"step": 1, "question": "q?", "gold": ["a"], "response": "ab" * tokens, "reward": 0.5, "tokens": ["ab"] * tokens,
+       "offsets": [[2 * i, 2 * i + 2] for i in range(tokens)], "advantage": 0.5,
+       "token_advantages": [(-0.5 if i % 3 else 0.5) for i in range(tokens)], "sentence_labels": [1, 0],
+       "sentence_spans": [[0, 10], [5000, 2 * tokens]], "method_details": {}}
+(folder / "samples.jsonl").write_text(json.dumps(row) + "\\n")
+from fspo_lite.drivers.report import flip_example, plot_flip
+try:
+    from fspo_lite.logs.training_log import read_samples
+except ImportError:  # before samples were bounded: notebook 04 read the rows as they are
+    from fspo_lite.jsonl import read_jsonl
+    def read_samples(folder):
+        return read_jsonl(folder / "samples.jsonl", torn_tail=True)
+started = time.monotonic()
+plot_flip(flip_example(read_samples(folder)), folder / "flip.png")
+print(f"{time.monotonic() - started:.1f}")
+"""
+
+
+def report_file_cases(folder: Path, probe) -> list[tuple[str, str, str]]:
+    import shutil
+
+    from fspo_lite.data.examples import QAExample, save_examples
+    from fspo_lite.drivers.report import load_training
+    from fspo_lite.drivers.report.render import write_summary
+    from fspo_lite.evaluation import rejudge
+
+    results = []
+    runaway = folder / "runaway"
+    runaway.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    try:
+        run = subprocess.run([sys.executable, "-c", RUNAWAY, str(runaway)], env=env, cwd=ROOT, capture_output=True,
+                             text=True, timeout=60)
+        line = f"read and plotted in {run.stdout.strip()} s" if run.returncode == 0 else run.stderr.strip()[-110:]
+        results.append(("samples.jsonl: a 300k-token row", "valid" if run.returncode == 0 else "raw", line))
+    except subprocess.TimeoutExpired:
+        results.append(("samples.jsonl: a 300k-token row", "hang", "not plotted within 60 s"))
+    study = ROOT / "results" / "study"
+    if (study / "audit.json").exists():
+        for what, field, value in (("low above high", "low", 0.5), ("+inf", "high", float("inf")),
+                                   ("a script tag", "methods", ["grpo", "<script>alert(1)</script>"])):
+            target = folder / f"audit_{field}"
+            target.mkdir()
+            shutil.copyfile(study / "summary.json", target / "summary.json")
+            audit = json.loads((study / "audit.json").read_text())
+            audit[field] = value
+            (target / "audit.json").write_text(json.dumps(audit))
+            kind, line = probe.verdict(lambda: write_summary(target))
+            if kind == "silent" and "<script>" in (target / "summary.md").read_text():
+                kind = "leak"
+            results.append((f"audit.json: {what}", kind, line))
+    data = folder / "kbqa.jsonl"
+    save_examples([QAExample("q1", "Who?", ["A"], "A did it."), QAExample("q1", "Where?", ["B"], "In B.")], data)
+    (folder / "rejudge_runs").mkdir()
+    results.append(("rejudge: one id given to two questions", *probe.verdict(
+        lambda: rejudge.rejudge_runs(folder / "rejudge_runs", verifier=None, judge="kb", data=str(data)))))
+    try:
+        rejudge.main(["--runs", str(folder / "rejudge_runs"), "--threshold", "nan"])
+        results.append(("rejudge --threshold nan", "silent", "accepted"))
+    except SystemExit as stop:
+        results.append(("rejudge --threshold nan", "refused" if stop.code == 2 else "raw", f"exit {stop.code}"))
+    except Exception as error:  # noqa: BLE001 - the kind of error is what is measured
+        results.append(("rejudge --threshold nan", "raw", f"{type(error).__name__}: {str(error)[:100]}"))
+    for what, body in (("a NaN reward", b'{"step": 1, "reward": 0.5}\n{"step": 2, "reward": NaN}\n'),
+                       ("an empty file", b""),
+                       ("bytes that are not UTF-8", b'{"step": 1, "note": "\xff"}\n{"step": 2}\n'),
+                       ("a step that goes backwards", b'{"step": 1}\n{"step": 2}\n{"step": 1}\n{"step": 2}\n')):
+        runs = folder / f"log_{len(results)}"
+        (runs / "grpo_s0").mkdir(parents=True)
+        (runs / "grpo_s0" / "metrics.jsonl").write_bytes(body)
+        results.append((f"metrics.jsonl: {what}", *probe.verdict(lambda: load_training(runs))))
+    return results
+
+
 def cases(folder: Path, probe) -> list[tuple[str, str, str]]:
     return [*folder_cases(folder, probe), *audit_cases(folder, probe), *secret_cases(folder, probe), *judge_cases(),
-            *lock_cases(folder, probe)]
+            *lock_cases(folder, probe), *resume_cases(folder, probe), *report_file_cases(folder, probe)]

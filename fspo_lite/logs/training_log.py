@@ -17,13 +17,7 @@ import os
 from pathlib import Path
 
 from fspo_lite.atomic import atomic_write_text
-from fspo_lite.jsonl import json_lines, read_jsonl
-
-
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+from fspo_lite.jsonl import json_lines
 
 
 class MetricsLogger:
@@ -42,7 +36,7 @@ class MetricsLogger:
                 print("[fspo_lite] tensorboard is not installed; logging to metrics.jsonl only")
 
     def log(self, metrics: dict) -> None:
-        append_jsonl(self.path, {k: _clean(v) for k, v in metrics.items()})
+        append_jsonl(self.path, finite_or_null(metrics))
         if self.writer is not None:
             step = metrics.get("step", 0)
             for key, value in metrics.items():
@@ -78,7 +72,19 @@ def sample_record(step: int, example, rollout, scored, token_advantages, tokeniz
     }
     if scored.token_rewards is not None:
         record["token_rewards"] = scored.token_rewards[0, :length].tolist()
-    return bounded_sample(record)
+    return bounded_sample(finite_or_null(record))
+
+
+def finite_or_null(value):
+    """`value` with every NaN or infinite number (in lists and objects too) replaced by None: logs write null for a
+    number a step could not compute (a skipped step's reward), so a reader can refuse NaN as damage."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list):
+        return [finite_or_null(item) for item in value]
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    return value
 
 
 MAX_SAMPLE_TOKENS = 2048
@@ -127,13 +133,13 @@ def bounded_sample(record: dict) -> dict:
 
 
 def read_samples(path: str | Path) -> list[dict]:
-    """The rows of a samples.jsonl file (or of `<folder>/samples.jsonl`), each `bounded_sample` (a torn last line
-    skipped, as `read_metrics`); a missing file has none."""
+    """The rows of a samples.jsonl file (or of `<folder>/samples.jsonl`), checked as `read_rows` (RunLogError naming
+    file, line and field) and each `bounded_sample`; a missing file has none (a run that logs no samples)."""
     path = Path(path)
     path = path / "samples.jsonl" if path.is_dir() else path
     if not path.exists():
         return []
-    return [bounded_sample(row) if isinstance(row, dict) else row for row in read_jsonl(path, torn_tail=True)]
+    return [bounded_sample(row) for row in read_rows(path)]
 
 
 def append_jsonl(path: str | Path, record: dict) -> None:
@@ -166,12 +172,18 @@ def step_lines(path: str | Path, step: int | None = None) -> list[tuple[int, str
     return checked_lines(path, step)[0]
 
 
-def checked_lines(path: str | Path, step: int | None = None) -> tuple[list[tuple[int, str]], bool]:
-    """(step, line) for each row of a step-keyed JSON-lines file (metrics.jsonl, samples.jsonl) up to `step` (all
-    when None), each line as written. Only the last line may be torn (a process killed while appending it): it is
-    left out. Any other line that is not UTF-8, not a JSON object, or has no whole-number step >= 1 is a RunLogError
-    naming the file and line, since dropping it would lose a logged step; a missing file has no rows. Returns the
-    rows and whether a torn last line was left out."""
+RESUME_ADVICE = ("only a torn last line may be dropped, so resume stops rather than lose this row: repair or remove "
+                 "the line (or train into another train.output_dir)")
+REPORT_ADVICE = ("the report reads only rows a run wrote (only a torn last line is dropped): repair or remove the "
+                 "line, or leave the run out of the runs folder")
+
+
+def checked_rows(path: str | Path, advice: str = RESUME_ADVICE) -> tuple[list[tuple[int, str, dict]], bool]:
+    """(line number, line, row) for each row of a step-keyed JSON-lines file (metrics.jsonl, samples.jsonl), each
+    line as written. Only the last line may be torn (a process killed while appending it): it is left out. Any other
+    line that is not UTF-8, not a JSON object, or has no whole-number step >= 1 is a RunLogError naming the file and
+    line, then `advice` (dropping it would lose a logged step); a missing file has no rows. Returns the rows and
+    whether a torn last line was left out."""
     path = Path(path)
     if not path.exists():
         return [], False
@@ -193,12 +205,62 @@ def checked_lines(path: str | Path, step: int | None = None) -> tuple[list[tuple
         if problem is not None:
             if index == len(numbered) - 1:  # torn by a kill: the row was never complete
                 return kept, True
-            raise RunLogError(f"{path}:{number}: {problem}; only a torn last line may be dropped, so resume stops "
-                              "rather than lose this row: repair or remove the line (or train into another "
-                              "train.output_dir)")
-        if step is None or row["step"] <= step:
-            kept.append((row["step"], line))
+            raise RunLogError(f"{path}:{number}: {problem}; {advice}")
+        kept.append((number, line, row))
     return kept, False
+
+
+def checked_lines(path: str | Path, step: int | None = None) -> tuple[list[tuple[int, str]], bool]:
+    """(step, line) for each row of a step-keyed JSON-lines file up to `step` (all when None), as `checked_rows`
+    reads them (a damaged row before the last one is a RunLogError); and whether a torn last line was left out."""
+    rows, torn = checked_rows(path)
+    return [(row["step"], line) for _, line, row in rows if step is None or row["step"] <= step], torn
+
+
+def non_finite(value, name: str) -> str | None:
+    """The first number in `value` (a row's field, lists and objects searched) that is NaN or infinite, as
+    `name[3]=nan`; None when every number is finite (null marks a number the run could not compute)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name}={value}"
+    if isinstance(value, list):
+        if all(type(item) is int or type(item) is str for item in value):  # token ids and tokens: nothing to find
+            return None
+        for index, item in enumerate(value):
+            found = non_finite(item, f"{name}[{index}]")
+            if found:
+                return found
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite(item, f"{name}.{key}")
+            if found:
+                return found
+    return None
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """The rows of a run's metrics.jsonl or samples.jsonl as the report reads them, each checked: UTF-8 JSON
+    objects (`checked_rows`; only a torn last line dropped), a whole-number step >= 1 after the previous row's, and
+    every number finite (the writers log a number they could not compute as null). A RunLogError names the file, the
+    line and the field; an empty file (or one holding only a torn line) is one too, since a run that logged nothing
+    has nothing to report."""
+    path = Path(path)
+    rows, torn = checked_rows(path, REPORT_ADVICE)
+    if not rows:
+        what = "only a torn line" if torn else "no rows"
+        raise RunLogError(f"{path}: {what}; a run logs one row per step, so this run has nothing to report: "
+                          "remove the run folder from the runs folder, or rerun it")
+    previous = 0
+    for number, _, row in rows:
+        if row["step"] <= previous:
+            raise RunLogError(f"{path}:{number}: step={row['step']} does not follow the previous row's step "
+                              f"{previous} (steps only go up in a run's log); {REPORT_ADVICE}")
+        previous = row["step"]
+        for key, value in row.items():
+            found = non_finite(value, key)
+            if found:
+                raise RunLogError(f"{path}:{number}: {found} is not a finite number (a run writes null for one it "
+                                  f"could not compute); {REPORT_ADVICE}")
+    return [row for _, _, row in rows]
 
 
 def rows_digest(path: str | Path, step: int) -> str:
@@ -230,10 +292,14 @@ def truncate_jsonl(path: str | Path, step: int) -> None:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    """The rows of a metrics.jsonl file (or of `<folder>/metrics.jsonl`); a torn last line, left by
-    a run killed while writing it, is skipped."""
+    """The rows of a metrics.jsonl file (or of `<folder>/metrics.jsonl`), checked as `read_rows` (a torn last line,
+    left by a run killed while writing it, is skipped; anything else wrong is a RunLogError naming file, line and
+    field); a missing file is a RunLogError too."""
     path = Path(path)
-    return read_jsonl(path / "metrics.jsonl" if path.is_dir() else path, torn_tail=True)
+    path = path / "metrics.jsonl" if path.is_dir() else path
+    if not path.is_file():
+        raise RunLogError(f"{path}: no such file; a run logs its steps there, so this is not a run's folder")
+    return read_rows(path)
 
 
 def earlier_run(output_dir: str | Path) -> str | None:

@@ -308,9 +308,13 @@ def quiet_zero_tables(markdown: str) -> str:
 
 
 def flip_example(samples: Sequence[dict]) -> dict | None:
-    """The logged response with the most tokens whose advantage sign FSPO flipped (None when none was)."""
+    """The logged response with the most tokens whose advantage sign FSPO flipped (None when none was; a skipped
+    step's row, whose advantages are null, has none)."""
     def flipped(record):
-        return sum(1 for a in record["token_advantages"] if a * record["advantage"] < 0)
+        advantage = record.get("advantage")
+        if not isinstance(advantage, (int, float)):
+            return 0
+        return sum(1 for a in record.get("token_advantages") or () if isinstance(a, (int, float)) and a * advantage < 0)
 
     best = max(samples, key=flipped, default=None)
     return best if best is not None and flipped(best) > 0 else None

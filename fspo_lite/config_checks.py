@@ -13,7 +13,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fspo_lite.algos import LOSS_AGGREGATIONS
 
@@ -22,12 +22,15 @@ class ConfigError(ValueError):
     """A config file or override names an unknown key or a value of the wrong type."""
 
 
-def shown(value: Any, limit: int = 60) -> str:
-    """repr(value) cut to `limit` characters, so an error line stays one short line whatever the value holds."""
+def shown(value: Any, limit: int = 60, render: Callable[[Any], str] = repr) -> str:
+    """render(value) (repr, or json.dumps for a value read from a JSON file) on one line, cut to `limit` characters,
+    so an error line stays one short line whatever the value holds. The one helper every input check shows a refused
+    value with (the config, notebook parameters, result files, a server's answers)."""
     try:
-        text = repr(value)
+        text = render(value)
     except ValueError:  # an integer over Python's 4300-digit limit for str()
         return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
+    text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
@@ -71,7 +74,10 @@ def _number(value: float) -> str:
 
 
 COUNT = Range(1, 10**9)
-"""A count of things (steps, samples, tokens, batch sizes): at least 1, and not absurdly many."""
+"""A count of things (steps, samples, tokens, batch sizes, a notebook's questions or resamples): at least 1, and not
+absurdly many."""
+INDEX = Range(0, 10**9)
+"""A position in a list (0 is the first), or a count that may be 0."""
 SHARE = Range(0, 1)
 """A probability, share or threshold."""
 WEIGHT = Range(-1e6, 1e6)
@@ -98,7 +104,7 @@ NUMBER_RANGES: dict[str, Range] = {
     "rollout.vllm_server_timeout": TIMEOUT,
     "reward.format_penalty": WEIGHT,
     "reward.step_reward_lambda": WEIGHT,
-    "caution.switch_step": Range(0, 10**9),
+    "caution.switch_step": INDEX,
     "caution.correct_reward": WEIGHT,
     "caution.process_reward": WEIGHT,
     "caution.unknown_reward": WEIGHT,

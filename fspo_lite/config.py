@@ -16,8 +16,9 @@ from typing import Any
 import yaml
 
 # The checks and the loader, re-exported: code outside the package imports them from here.
-from fspo_lite.config_checks import (CHOICES, NAME_CHECKS, NUMBER_RANGES, SEED, ConfigError, Range,  # noqa: F401
-                                     check_training_settings, split_method, validate_band, validate_config)
+from fspo_lite.config_checks import (CHOICES, NUMBER_RANGES, REWARD_SOURCES, SEED, VERIFIER_NAMES,  # noqa: F401
+                                     ConfigError, Range, check_training_settings, split_method, validate_band,
+                                     validate_config)
 from fspo_lite.config_checks import numeric_keys as section_numeric_keys
 from fspo_lite.config_load import (ConfigLoader, apply_overrides, apply_shortcuts, build_sections,  # noqa: F401
                                    from_dict, load, parse_yaml, parse_yaml_file, parsed_overrides, split_override)

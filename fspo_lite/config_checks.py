@@ -22,12 +22,15 @@ class ConfigError(ValueError):
     """A config file or override names an unknown key or a value of the wrong type."""
 
 
-def shown(value: Any, limit: int = 60) -> str:
-    """repr(value) cut to `limit` characters, so an error line stays one short line whatever the value holds."""
+def shown(value: Any, limit: int = 60, render: Callable[[Any], str] = repr) -> str:
+    """render(value) (repr, or json.dumps for a value read from a JSON file) on one line, cut to `limit` characters,
+    so an error line stays one short line whatever the value holds. The one helper every input check shows a refused
+    value with (the config, notebook parameters, result files, a server's answers)."""
     try:
-        text = repr(value)
+        text = render(value)
     except ValueError:  # an integer over Python's 4300-digit limit for str()
         return f"<an integer of about {value.bit_length() * 0.30103:,.0f} digits>"
+    text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
@@ -71,7 +74,10 @@ def _number(value: float) -> str:
 
 
 COUNT = Range(1, 10**9)
-"""A count of things (steps, samples, tokens, batch sizes): at least 1, and not absurdly many."""
+"""A count of things (steps, samples, tokens, batch sizes, a notebook's questions or resamples): at least 1, and not
+absurdly many."""
+INDEX = Range(0, 10**9)
+"""A position in a list (0 is the first), or a count that may be 0."""
 SHARE = Range(0, 1)
 """A probability, share or threshold."""
 WEIGHT = Range(-1e6, 1e6)
@@ -98,7 +104,7 @@ NUMBER_RANGES: dict[str, Range] = {
     "rollout.vllm_server_timeout": TIMEOUT,
     "reward.format_penalty": WEIGHT,
     "reward.step_reward_lambda": WEIGHT,
-    "caution.switch_step": Range(0, 10**9),
+    "caution.switch_step": INDEX,
     "caution.correct_reward": WEIGHT,
     "caution.process_reward": WEIGHT,
     "caution.unknown_reward": WEIGHT,
@@ -179,13 +185,18 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "detail.relevance_judge": ("llm",),
 }
 """The words a string key accepts (the modules that read them hold the same tuples; tests/test_hostile_inputs.py
-compares). Names from the scoring layer's tables (reward.method, verifier.name) are checked through NAME_CHECKS;
-benchmark names by the evaluation, before any model loads."""
-NAME_CHECKS: list[Callable[[Any], None]] = []
-"""Checks of the names whose tables live above this layer, each raising ConfigError in one line: the scoring layer
-registers its check of reward.method and verifier.name (fspo_lite.scoring.plan.check_names) when imported, which
-importing any part of fspo_lite does (the package's __init__ imports it), and validate_config runs every one, so
-load_config and Config(...) refuse an unknown name as the CLI does."""
+compares). The names of reward.method and verifier.name are REWARD_SOURCES and VERIFIER_NAMES below; benchmark
+names are checked by the evaluation, before any model loads."""
+
+REWARD_SOURCES: dict[str, bool] = {"grpo": True, "caution": True, "rlfh": False, "klcf": True, "random": False,
+                                   "format": False, "binary": True, "ternary": True}
+"""Every reward source's name -> whether it takes FSPO's flip ('<name>+fspo'): the names and flags of the scoring
+layer's table (fspo_lite.scoring.methods.METHODS, in its order; tests/test_plan.py compares). Held here as data so
+that whether a config is valid does not depend on which modules were imported; a new source adds its name here, as
+it adds its section to fspo_lite/config.py."""
+VERIFIER_NAMES: tuple[str, ...] = ("lexical", "embedding", "likelihood", "nli", "hhem", "llm", "kb")
+"""Every verifier.name: the keys of fspo_lite.scoring.verifiers.VERIFIERS, in its order (tests/test_plan.py
+compares)."""
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
@@ -223,16 +234,50 @@ def _value(config: Any, key: str) -> Any:
 def split_method(name: str) -> tuple[tuple[str, ...], bool]:
     """The grammar of reward.method: '+'-separated names, case and spaces ignored, 'fspo' the FSPO flip and every other
     name a reward source. 'fspo' -> ((), True), 'KLCF + FSPO' -> (('klcf',), True), 'rlfh' -> (('rlfh',), False).
-    Returns (the source names, sorted and distinct; whether 'fspo' is named). Which names exist is the scoring
-    layer's table (fspo_lite.scoring.plan.parse_method checks them)."""
+    Returns (the source names, sorted and distinct; whether 'fspo' is named). Which names exist is `method_source`'s
+    table."""
     parts = {part.strip() for part in str(name).lower().split("+") if part.strip()}
     return tuple(sorted(parts - {"fspo"})), "fspo" in parts
+
+
+def method_names(flips: dict[str, bool]) -> tuple[str, ...]:
+    """Every valid reward.method of a table of sources (name -> takes the flip): each source, and its FSPO-flipped
+    form where allowed ('fspo' for grpo, '<name>+fspo' for the others)."""
+    return tuple(name for source, flip in flips.items()
+                 for name in (source, "fspo" if source == "grpo" else f"{source}+fspo")[: 2 if flip else 1])
+
+
+def method_source(name: str, flips: dict[str, bool] | None = None) -> tuple[str, bool]:
+    """reward.method -> (its reward source, whether FSPO flips): 'fspo' -> ('grpo', True), 'caution+fspo' ->
+    ('caution', True), 'rlfh' -> ('rlfh', False). `flips`: the sources (name -> takes the flip), REWARD_SOURCES by
+    default. ValueError listing every valid reward.method for anything else (no name, two sources, an unknown
+    source, a flip the source does not take)."""
+    flips = REWARD_SOURCES if flips is None else flips
+    sources, flip = split_method(name)
+    source = sources[0] if len(sources) == 1 else ("grpo" if not sources else None)
+    if not (sources or flip) or source not in flips or (flip and not flips[source]):
+        no_flip = ", ".join(source for source, flipped in flips.items() if not flipped)
+        raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(method_names(flips))} "
+                         f"({no_flip} take no FSPO flip; the study's arms corver, fspo+kb, grpo+4x are settings: "
+                         "`fspo-lite list methods` gives their keys)")
+    return source, flip
+
+
+def check_names(config: Any) -> None:
+    """reward.method against REWARD_SOURCES and verifier.name against VERIFIER_NAMES: ConfigError in one line listing
+    the valid ones, so that load_config, Config(...) and validate_config refuse them as the CLI does."""
+    try:
+        method_source(config.reward.method)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if not isinstance(config.verifier.name, str) or config.verifier.name not in VERIFIER_NAMES:
+        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIER_NAMES)}")
 
 
 def validate_config(config: Any) -> None:
     """Range checks on every value a run depends on (ConfigError naming the key, the value and the valid range):
     each numeric key against NUMBER_RANGES (non-finite values never pass), each word against CHOICES, and the
-    rules that tie keys together, then the names other layers hold (NAME_CHECKS). load_config and Config(...) call
+    rules that tie keys together, then the names of reward.method and verifier.name (`check_names`). load_config and Config(...) call
     it; so do the trainer and the evaluation, for configs changed in code. Types are already checked by the loader."""
     for key, (integer, nullable) in numeric_keys(type(config)).items():
         value = _value(config, key)
@@ -280,8 +325,7 @@ def validate_config(config: Any) -> None:
     _check(not detail.relevance_weight or detail.relevance_judge is not None, "detail.relevance_weight",
            detail.relevance_weight, "0 unless detail.relevance_judge names a judge (llm)")
     output_folders(config)
-    for check in NAME_CHECKS:
-        check(config)
+    check_names(config)
 
 
 OUTPUT_KEYS = (("train", "output_dir"), ("evaluation", "output_dir"))

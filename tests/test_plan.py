@@ -176,8 +176,8 @@ def test_load_config_and_config_refuse_an_unknown_name_as_check_settings_does(ke
     assert str(loaded.value) == str(built.value) == str(checked.value)
 
 
-def test_the_name_checks_are_registered_by_importing_the_package_alone():
-    """A fresh process that imports only the public facade (not fspo_lite.scoring) has the checks."""
+def test_the_public_facade_refuses_an_unknown_name():
+    """A fresh process that imports only the public facade refuses an unknown reward.method in load_config."""
     import subprocess
     import sys
 
@@ -185,3 +185,47 @@ def test_the_name_checks_are_registered_by_importing_the_package_alone():
             "except Exception as error:\n    print(type(error).__name__, error)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300).stdout
     assert out.startswith("ConfigError unknown reward.method 'fspo2'; available: grpo, fspo"), out
+
+
+def test_a_config_is_checked_without_the_scoring_layer():
+    """Whether a Config is valid does not depend on what was imported: a fresh process that loads fspo_lite.config
+    with the scoring layer made unimportable (and the package's __init__, which imports it, skipped) still refuses an
+    unknown reward.method, a flip the source does not take and an unknown verifier.name, in the words the scoring
+    layer's check uses."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "fspo_lite"
+    code = (f"import sys, types\npackage = types.ModuleType('fspo_lite'); package.__path__ = [{str(package)!r}]\n"
+            "sys.modules['fspo_lite'] = package; sys.modules['fspo_lite.scoring'] = None\n"
+            "from fspo_lite.config import Config, ConfigError\n"
+            "for key, value in (('reward', {'method': 'fspo2'}), ('reward', {'method': 'rlfh+fspo'}),\n"
+            "                   ('verifier', {'name': 'lexicall'})):\n"
+            "    try:\n        Config(**{key: value})\n        print('accepted', value)\n"
+            "    except ConfigError as error:\n        print(error)\n"
+            "print(sorted(name for name in sys.modules if name.startswith('fspo_lite.scoring')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4, out.stdout + out.stderr
+    for line, (key, value) in zip(lines, [("reward.method", "fspo2"), ("reward.method", "rlfh+fspo"),
+                                          ("verifier.name", "lexicall")]):
+        config = Config()
+        section, name = key.split(".")
+        setattr(getattr(config, section), name, value)
+        with pytest.raises(ConfigError) as checked:
+            check_settings(config)
+        assert line == str(checked.value), (line, str(checked.value))
+    assert lines[3] == "['fspo_lite.scoring']"  # the blocked entry only: nothing of the layer was loaded
+
+
+def test_the_config_layer_holds_the_scoring_layers_names():
+    """REWARD_SOURCES and VERIFIER_NAMES are the METHODS and VERIFIERS tables' names (in order) and flip flags, so
+    the config refuses exactly what the scoring layer does."""
+    from fspo_lite.config import REWARD_SOURCES, VERIFIER_NAMES
+    from fspo_lite.scoring.methods import METHODS
+    from fspo_lite.scoring.verifiers import VERIFIERS
+
+    assert list(REWARD_SOURCES.items()) == [(source, method.flips) for source, method in METHODS.items()]
+    assert VERIFIER_NAMES == tuple(VERIFIERS)
+    assert REWARD_METHODS[:3] == ("grpo", "fspo", "caution")

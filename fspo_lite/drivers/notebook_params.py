@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fspo_lite.config import Config, numeric_keys
-from fspo_lite.config_checks import CHOICES, NUMBER_RANGES, SEED, ConfigError, Range
+from fspo_lite.config_checks import CHOICES, COUNT, INDEX, NUMBER_RANGES, SEED, ConfigError, Range, shown
 from fspo_lite.config_load import apply_overrides
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS
@@ -147,8 +147,6 @@ def config_key(key: str) -> Accepts:
     return Accepts(f"{valid} (it is {key})", holds)
 
 
-COUNT = Range(1, 10**6)
-
 PARAMETERS: dict[str, dict[str, Accepts]] = {
     "00_fspo_from_scratch.ipynb": {
         "steps": config_key("train.steps"), "questions_per_step": config_key("train.prompts_per_step"),
@@ -186,21 +184,12 @@ PARAMETERS: dict[str, dict[str, Accepts]] = {
         "qa": one_of(("kbqa", "multihop")),
     },
     "05_reward_playground.ipynb": {
-        "items_path": nullable(text()), "method": one_of(REWARD_METHODS), "item_index": integer(Range(0, 10**6)),
-        "response_index": integer(Range(0, 10**6)), "sample_fresh": flag(), "fresh_questions": integer(COUNT),
+        "items_path": nullable(text()), "method": one_of(REWARD_METHODS), "item_index": integer(INDEX),
+        "response_index": integer(INDEX), "sample_fresh": flag(), "fresh_questions": integer(COUNT),
         "fresh_samples": integer(COUNT),
     },
 }
 """Notebook -> parameter -> what it accepts: every parameter of every notebook's `parameters` cell."""
-
-
-def shown(value: Any, limit: int = 60) -> str:
-    """repr(value) cut to `limit` characters, so an error stays one short line whatever the value holds."""
-    try:
-        text_ = repr(value)
-    except ValueError:  # an integer over Python's 4300-digit limit for str()
-        return "<an integer of thousands of digits>"
-    return text_ if len(text_) <= limit else f"{text_[:limit]}... ({len(text_)} characters)"
 
 
 def parameter_problem(notebook: str, name: str, value: Any) -> str | None:

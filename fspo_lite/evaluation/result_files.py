@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from fspo_lite import config_checks
 from fspo_lite.evaluation.metrics import DECOMPOSITION
 from fspo_lite.jsonl import read_jsonl
 
@@ -47,8 +48,9 @@ def metric_bounds(name: str) -> tuple[float, float, str]:
 
 
 def shown(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value) if not isinstance(value, float) or math.isfinite(value) else repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}..."
+    """A value read from a JSON file as JSON writes it (NaN and infinities as Python does), cut to `limit`."""
+    return config_checks.shown(value, limit, render=lambda v: json.dumps(v) if not isinstance(v, float)
+                               or math.isfinite(v) else repr(v))
 
 
 def _number(value: Any) -> bool:

@@ -17,6 +17,8 @@ import threading
 import time
 import urllib.request
 
+from fspo_lite.config_checks import shown
+
 ANSWER_BYTES = 4 << 20
 """The most bytes read from an answer other than completions (an adapter loaded or unloaded, /v1/models): a list of
 thousands of adapters fits."""
@@ -35,6 +37,8 @@ the memory a reply can take."""
 
 ANSWER_MARGIN = 1 << 20
 """Bytes allowed on top of the per-token share: the answer's envelope (id, model name, usage, finish reasons)."""
+SHOWN = 40
+"""Characters of a value from a server shown in a refusal (config_checks.shown cuts it there)."""
 
 VLLM_SERVER = "rollout.vllm_server_url must name a vLLM server"
 """What to change when a server's answer is not one a vLLM server gives."""
@@ -160,14 +164,6 @@ def vocabulary_size(policy, tokenizer) -> int:
     return size if type(size) is int and size > 0 else len(tokenizer)
 
 
-def shown(value, width: int = 40) -> str:
-    """A short, one-line view of a value from a server (its repr, cut to `width` characters)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an integer too long to print
-        text = f"<{type(value).__name__}>"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def ordered_choices(choices, expected_count: int, url: str) -> list[dict]:
@@ -180,7 +176,7 @@ def ordered_choices(choices, expected_count: int, url: str) -> list[dict]:
                            f"{VLLM_SERVER}")
     indexes = [choice.get("index", position) for position, choice in enumerate(choices)]
     if any(type(index) is not int for index in indexes) or sorted(indexes) != list(range(expected_count)):
-        raise RuntimeError(f"{url} answered completions indexed {shown(indexes)}, not 0 to {expected_count - 1}: "
+        raise RuntimeError(f"{url} answered completions indexed {shown(indexes, SHOWN)}, not 0 to {expected_count - 1}: "
                            f"{VLLM_SERVER}")
     return [choice for _, choice in sorted(zip(indexes, choices), key=lambda pair: pair[0])]
 
@@ -189,7 +185,7 @@ def checked_ids(ids, max_new_tokens: int, vocab_size: int, where: str) -> list[i
     """One completion's token ids, refused unless they are 1 to max_new_tokens plain integers in [0, vocab_size).
     Zero tokens is refused (a finished completion holds at least its end-of-sequence token)."""
     if not isinstance(ids, list):
-        raise RuntimeError(f"{where} with token_ids {shown(ids)}, not a list of token ids: {VLLM_SERVER}")
+        raise RuntimeError(f"{where} with token_ids {shown(ids, SHOWN)}, not a list of token ids: {VLLM_SERVER}")
     if not ids:
         raise RuntimeError(f"{where} with no tokens (a completion holds at least its end-of-sequence token): "
                            f"{VLLM_SERVER}")
@@ -198,10 +194,10 @@ def checked_ids(ids, max_new_tokens: int, vocab_size: int, where: str) -> list[i
                            f"{VLLM_SERVER} (it honours max_tokens)")
     for position, token in enumerate(ids):
         if type(token) is not int:
-            raise RuntimeError(f"{where} with token id {shown(token)} at position {position}, not an integer: "
+            raise RuntimeError(f"{where} with token id {shown(token, SHOWN)} at position {position}, not an integer: "
                                f"{VLLM_SERVER}")
         if not 0 <= token < vocab_size:
-            raise RuntimeError(f"{where} with token id {shown(token)} at position {position}, outside the policy's "
+            raise RuntimeError(f"{where} with token id {shown(token, SHOWN)} at position {position}, outside the policy's "
                                f"vocabulary of {vocab_size} tokens; the server must serve the policy's base model "
                                "(model.name)")
     return list(ids)
@@ -220,7 +216,7 @@ def checked_logprobs(choice: dict, length: int, where: str) -> list[float]:
                            f"needs one per token): {VLLM_SERVER}, or set rollout.use_sampler_logprobs=false")
     for position, value in enumerate(values):
         if type(value) not in (int, float) or not math.isfinite(value) or value > LOGPROB_SLACK:
-            raise RuntimeError(f"{where} with log-prob {shown(value)} at position {position}, not a finite number "
+            raise RuntimeError(f"{where} with log-prob {shown(value, SHOWN)} at position {position}, not a finite number "
                                f"<= 0: {VLLM_SERVER}, or set rollout.use_sampler_logprobs=false")
     return [float(value) for value in values]
 

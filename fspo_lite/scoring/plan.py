@@ -11,19 +11,18 @@ on the verdicts -> the FSPO sentence mask, when the plan flips. The plan says, f
 - the additive terms on top of the source's reward: the detail term (`detail`), the relevance term (`relevance`),
   both in fspo_lite.scoring.methods.detail, and FSPO's step reward (`step_reward_lambda`, 0 when off).
 
-`parse_method` takes reward.method apart (the grammar is `config_checks.split_method`, the names are the METHODS
-table's); `check_names` refuses an unknown reward.method or verifier.name, registered with the config
-(`config_checks.NAME_CHECKS`) so that load_config and Config(...) refuse them too; `check_settings` runs every check
-of a run's settings before any data or model loads.
+`parse_method` takes reward.method apart (the grammar is `config_checks.method_source`, the names are the METHODS
+table's; the config layer holds the same names as data, `config_checks.REWARD_SOURCES`, so that load_config and
+Config(...) refuse an unknown one whatever was imported); `check_settings` runs every check of a run's settings
+before any data or model loads.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fspo_lite.config_checks import NAME_CHECKS, ConfigError, check_training_settings, split_method, validate_config
-from fspo_lite.scoring.methods import METHODS, REWARD_METHODS
-from fspo_lite.scoring.verifiers import VERIFIERS
+from fspo_lite.config_checks import ConfigError, check_training_settings, method_source, validate_config
+from fspo_lite.scoring.methods import METHODS
 
 
 @dataclass(frozen=True)
@@ -37,14 +36,7 @@ class MethodSpec:
 def parse_method(name: str) -> MethodSpec:
     """'fspo' -> (grpo, flip), 'caution+fspo' -> (caution, flip), 'rlfh' -> (rlfh, no flip), ...; ValueError listing
     every valid reward.method for anything else (no name, two sources, an unknown source, rlfh with the flip)."""
-    sources, flip = split_method(name)
-    source = sources[0] if len(sources) == 1 else ("grpo" if not sources else None)
-    if not (sources or flip) or source not in METHODS or (flip and not METHODS[source].flips):
-        no_flip = ", ".join(source for source, method in METHODS.items() if not method.flips)
-        raise ValueError(f"unknown reward.method {name!r}; available: {', '.join(REWARD_METHODS)} "
-                         f"({no_flip} take no FSPO flip; the study's arms corver, fspo+kb, grpo+4x are settings: "
-                         "`fspo-lite list methods` gives their keys)")
-    return MethodSpec(source, flip)
+    return MethodSpec(*method_source(name, {source: method.flips for source, method in METHODS.items()}))
 
 
 @dataclass(frozen=True)
@@ -99,25 +91,9 @@ def scoring_plan(reward, detail, verifier_present: bool) -> ScoringPlan:
     )
 
 
-def check_names(config) -> None:
-    """The names only this layer's tables hold: reward.method (methods.METHODS) and verifier.name (VERIFIERS);
-    ConfigError in one line listing the valid ones. Registered in config_checks.NAME_CHECKS below, so that load_config,
-    Config(...) and validate_config refuse them as the CLI does, before any model loads."""
-    try:
-        parse_method(config.reward.method)
-    except ValueError as error:
-        raise ConfigError(str(error)) from None
-    if not isinstance(config.verifier.name, str) or config.verifier.name not in VERIFIERS:
-        raise ConfigError(f"unknown verifier.name {config.verifier.name!r}; available: {', '.join(VERIFIERS)}")
-
-
-if check_names not in NAME_CHECKS:
-    NAME_CHECKS.append(check_names)
-
-
 def check_settings(config) -> None:
     """Every check a run's settings get before any data or model loads: `validate_config` (ranges, words and the
-    names the registries hold: `check_names`), `check_training_settings` (keys only training reads) and the files
+    names of reward.method and verifier.name), `check_training_settings` (keys only training reads) and the files
     the reward method reads (its `preflight`: KLCF's checklist file); ConfigError naming the key or the file."""
     validate_config(config)
     check_training_settings(config)

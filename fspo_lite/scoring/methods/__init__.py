@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 import torch
 
+from fspo_lite.config_checks import method_names
 from fspo_lite.scoring.claims import ClaimExtractor, build_claim_extractor
 from fspo_lite.scoring.llm import ChatModel
 from fspo_lite.scoring.methods import rlfh
@@ -289,10 +290,7 @@ METHODS: dict[str, RewardMethod] = {
 }
 """The reward sources by name (reward.method is one of them, or '<name>+fspo'; 'fspo' is 'grpo+fspo')."""
 
-REWARD_METHODS: tuple[str, ...] = tuple(
-    name for source, method in METHODS.items()
-    for name in (source, "fspo" if source == "grpo" else f"{source}+fspo")[: 2 if method.flips else 1]
-)
+REWARD_METHODS: tuple[str, ...] = method_names({source: method.flips for source, method in METHODS.items()})
 """Every valid reward.method: each source, and its FSPO-flipped form where allowed."""
 
 

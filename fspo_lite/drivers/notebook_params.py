@@ -181,7 +181,7 @@ PARAMETERS: dict[str, dict[str, Accepts]] = {
         "runs_dir": text(), "figures_dir": text(), "results_dir": text(), "prefix": file_prefix(), "order": names(),
         "goal_method": text(), "goal_baseline": text(), "title": text(), "smoke": flag(),
         "n_resamples": integer(COUNT), "bootstrap_seed": integer(SEED), "rejudge": names(VERIFIERS, empty=True),
-        "qa": one_of(("kbqa", "multihop")),
+        "qa": one_of(("kbqa", "multihop")), "primary_judge": nullable(one_of(VERIFIERS)),
     },
     "05_reward_playground.ipynb": {
         "items_path": nullable(text()), "method": one_of(REWARD_METHODS), "item_index": integer(INDEX),

@@ -238,13 +238,24 @@ STRATA = ("none", "question")
 """--stratify: a uniform draw from each method's pool, or one sentence per method from each drawn question."""
 
 
+def own_unlabeled_items(key_path: str | Path, out: str | Path) -> bool:
+    """Whether `out` holds exactly the items of the key at `key_path`, none labeled: the one case in which drawing
+    again over that key loses nothing (the key of items labeled at another --out is never replaced)."""
+    try:
+        key_ids = set(json.loads(Path(key_path).read_text(encoding="utf-8"))["items"])
+        items = load_items(out)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return {item.id for item in items} == key_ids and all(item.label is None for item in items)
+
+
 def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out: str, key_path: str,
                    data: str | None = None, qa: str = "kbqa", overwrite_labels: bool = False,
                    stratify: str = "none", prefix: str = "audit") -> tuple[Path, Path]:
     """`audit sample`: draw, blind and write the items and the key, both staged before either replaces a file.
     Items already labeled at `out` (someone's work, which the key unblinds) and an existing key (which may unblind
-    items labeled elsewhere) are never replaced unless overwrite_labels is set: ValueError before anything is
-    written."""
+    items labeled elsewhere; but for its own unlabeled items at `out`) are never replaced unless overwrite_labels is
+    set: ValueError before anything is written."""
     if len(methods) < 2 or len(set(methods)) != len(methods):
         raise ValueError("the audit compares two or more distinct methods, e.g. --methods grpo,fspo")
     if stratify not in STRATA:
@@ -254,7 +265,7 @@ def sample_command(runs_dir: str, methods: Sequence[str], n: int, seed: int, out
         raise ValueError(f"{out} holds {labeled} labeled items; drawing again would replace them and their key "
                          f"{key_path}: score them (audit score), choose another --out and --key, or pass "
                          "--overwrite-labels to replace them")
-    if not overwrite_labels and Path(key_path).exists():
+    if not overwrite_labels and Path(key_path).exists() and not own_unlabeled_items(key_path, out):
         raise ValueError(f"{key_path} holds the key of an earlier draw, the only way to unblind its labels, wherever "
                          "its items are: choose another --key (and --out), or pass --overwrite-labels to replace it")
     pools = collect_sentences(runs_dir, methods, qa)

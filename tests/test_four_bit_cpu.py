@@ -83,7 +83,8 @@ def run(tmp_path_factory):
         (resumed_dir / "checkpoints").mkdir(parents=True)
         shutil.copytree(root / "a" / "checkpoints" / "step-000001", resumed_dir / "checkpoints" / "step-000001")
         (resumed_dir / "checkpoints" / "latest").write_text("step-000001")
-        shutil.copy(root / "a" / "metrics.jsonl", resumed_dir / "metrics.jsonl")
+        for rows in ("metrics.jsonl", "samples.jsonl"):  # the run's own rows: the checkpoint records their digest
+            shutil.copy(root / "a" / rows, resumed_dir / rows)
         second = trainer_module.Trainer(config(resumed_dir, "train.resume=true"), model=first.model,
                                         tokenizer=first.tokenizer, train_examples=EXAMPLES, progress=False)
         result["resumed_at"] = second.step_index

@@ -20,7 +20,8 @@ from pathlib import Path
 import yaml
 
 from fspo_lite.logs.training_log import refuse_link, rows_digest, step_lines
-from fspo_lite.update.checkpoint import MANIFEST, CheckpointError, check_provenance, latest_checkpoint
+from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, latest_checkpoint,
+                                         verify_checkpoint)
 
 RUN_FILES = ("checkpoints", "metrics.jsonl", "samples.jsonl", "tensorboard")
 """What a run writes into its folder through paths that could be links (config.yaml replaces a link)."""
@@ -51,7 +52,9 @@ def check_links(output_dir: str | Path) -> None:
 
 
 def checkpoint_state(path: Path) -> dict:
-    """A checkpoint's trainer_state.json (covered by its manifest), or CheckpointError."""
+    """A checkpoint's trainer_state.json (covered by its manifest, checked first), or CheckpointError."""
+    if (path / MANIFEST).exists():
+        verify_checkpoint(path)  # a damaged file is named as the manifest sees it, before it is read
     try:
         state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:

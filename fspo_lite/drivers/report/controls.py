@@ -248,7 +248,8 @@ def more_right_lead(rows: list[dict], primary: str | None = None, holm_rows: Seq
                  ". Every judge gives the same answer.")
     text += " With this many arms and judges, about one reading in twenty falls outside its interval by chance."
     if holm_rows:
-        both = [f"{r['arm']} ({r['judge']})" for r in holm_rows if r["high"] < 0 and r["survives"] == "both"]
+        both = [f"{r['arm']} ({r['judge']})" for r in holm_rows  # an interval that could not be formed (None) holds 0
+            if r["high"] is not None and r["high"] < 0 and r["survives"] == "both"]
         held = [f"{r['arm']} ({r['judge']})" for r in holm_rows if r["holm"]]
         text += (f" Of the {len(holm_rows)} rate readings, these survive Welch's interval over seeds too: "
                  f"{', '.join(both) or 'none'}; these survive Holm's correction: {', '.join(held) or 'none'}.")

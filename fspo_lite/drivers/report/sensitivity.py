@@ -68,7 +68,7 @@ def holm_readings(differences: pd.DataFrame, more_right: Sequence[dict], alpha: 
     for answer in more_right:
         for judge in answer["judges"]:
             key = (f"step_hallucination@{judge['judge']}", answer["arm"])
-            if key in index.index:
+            if key in index.index and not math.isnan(float(index.loc[key]["high"])):  # no interval: no reading
                 d = index.loc[key]
                 rows.append({"arm": answer["arm"], "judge": judge["judge"], "diff": float(d["diff"]),
                              "low": float(d["low"]), "high": float(d["high"]), "welch_low": float(d["welch_low"]),

@@ -106,6 +106,7 @@ def test_trust_remote_code_is_off_by_default():
 URLS_ALLOWED = {
     "fspo_lite/config.py": "the defaults of server addresses: this is where they belong",
     "fspo_lite/drivers/notebook_tools.py": "Colab badge and links written into notebooks, never contacted",
+    "fspo_lite/models/cuda_stack.py": "PyTorch's wheel index in the install lines a refusal prints, never contacted",
 }
 ADDRESS_KEYWORDS = {"base_url", "api_base", "url", "endpoint", "server_url", "host"}
 

@@ -51,8 +51,9 @@ def main() -> int:
     import fspo_lite.drivers.experiment as experiment
     import fspo_lite.models.policy as policy
     import fspo_lite.scoring.verifiers as verifiers
+    import fspo_lite.update.trainer as trainer
 
-    policy.load_policy = stand_in(mode)
+    policy.load_policy = trainer.load_policy = stand_in(mode)  # the trainer holds its own name for the loader
     experiment.run_profile = stand_in(mode)
     verifiers.build_verifier = stand_in(mode)
     if command == "rejudge":

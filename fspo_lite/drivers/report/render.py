@@ -323,10 +323,10 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
                                detail=_frame(stats.get("detail_arm")), added=questions_of(stats),
                                controls=stats.get("controls") or None)
         lines.append(study.split("\n", 2)[2])
-        lines += [*sensitivity_markdown(stats["differences"], stats.get("judges") or [], reader.get("holm") or [],
-                                        settings["order"]),
-                  *welch_more_markdown(stats),
-                  *resolvable_markdown(reader.get("resolvable") or {}),
+        if not settings["smoke"]:  # seed-level readings of a smoke test's numbers would only add noise
+            lines += [*sensitivity_markdown(stats["differences"], stats.get("judges") or [], reader.get("holm") or [],
+                                            settings["order"]), *welch_more_markdown(stats)]
+        lines += [*resolvable_markdown(reader.get("resolvable") or {}),
                   *positions_markdown(reader.get("positions") or [], reader.get("primary"), settings["order"]),
                   *examples_markdown(reader.get("examples") or [], stats.get("judges") or []),
                   *figures_markdown(stats.get("figures") or {}), ""]

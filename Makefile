@@ -12,11 +12,11 @@ TORCH ?= $(if $(filter Linux,$(shell uname -s)),torch==2.13.0+cpu --extra-index-
 # rollout took 1.2x the time and the lite job 14.2 against 13.5 min; docs/performance.md, "OpenMP's wait policy").
 # PASSIVE for the tests and vLLM, which run several processes at once on the same cores, where spinning threads
 # stall each other.
-test test-install test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm: export OMP_WAIT_POLICY ?= PASSIVE
+test test-long test-install test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm: export OMP_WAIT_POLICY ?= PASSIVE
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: report report-figures setup test test-install test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu gpu-session
+.PHONY: report report-figures setup test test-long test-install test-fast test-browser test-gpu setup-vllm test-vllm bench-vllm lite lite-quick study train-smoke clean-notebooks check-notebooks bench-gpu bench-cpu gpu-session
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,7 +32,12 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 setup: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not pypi" --timeout=900
+	$(BIN)/python -m pytest -q -m "not pypi and not long" --timeout=900
+
+# the end-to-end tests of minutes each (notebook 00 against the Trainer, a signal to the quick profile with two
+# workers, the GPU session's CPU dry run): CI runs them after `make test`
+test-long: $(STAMP)
+	$(BIN)/python -m pytest -q -m "long" --timeout=1800
 
 # what pip's resolver would install from PyPI for the Colab cell and the `gpu` extra (tests/test_colab_install.py;
 # needs the network, a few minutes)

@@ -128,6 +128,7 @@ def test_the_notebook_has_the_loop_and_stays_short():
                 ("update", "speed", "rollout", "drivers")], imported
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_the_notebook_loop_is_the_trainer_step(tmp_path):
     notebook = run_notebook(SETTINGS)

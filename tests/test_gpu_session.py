@@ -26,6 +26,7 @@ def lines(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "session.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_the_dry_run_runs_every_item_it_can_and_names_why_it_skips_the_others(tmp_path):
     result = run_session("--dry-run", "--out", str(tmp_path))

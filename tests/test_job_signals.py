@@ -77,6 +77,7 @@ def test_a_signal_to_lite_ends_its_kernel_and_workers_before_the_lock_goes(tmp_p
         job.stderr.close()
 
 
+@pytest.mark.long
 @pytest.mark.integration
 @pytest.mark.slow
 def test_sigterm_to_lite_with_two_workers_ends_them_and_a_rerun_resumes(tmp_path):

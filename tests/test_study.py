@@ -346,3 +346,33 @@ def test_a_failing_worker_run_is_named_and_finished_runs_are_kept(tmp_path, ques
     assert (tmp_path / "grpo_s0" / "heldout.json").exists()
     with pytest.raises(ValueError, match="workers must be at least 1"):
         train_and_evaluate_all(SHARED, ["grpo"], [0], tmp_path, questions, workers=0)
+
+
+def test_without_given_questions_every_seed_trains_on_one_order_and_an_arm_on_its_own_filter(tmp_path, monkeypatch):
+    """examples=None: a run's questions do not depend on its own seed nor on which runs share the invocation (the
+    seed-2 run of `--set 03.seeds=[2]` is the seed-2 run of the whole study), and an arm's data keys are read."""
+    from fspo_lite.data.training_set import load_training_examples
+    from fspo_lite.drivers import runs as runs_module
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(config, train_examples=None, progress=True):
+        seen[config.train.seed, config.data.filter_path] = [e.id for e in train_examples]
+        raise Stop
+
+    monkeypatch.setattr(trainer_module, "Trainer", capture)
+    kept = ["kbqa-capital-0006", "kbqa-currency-0025"]
+    filter_file = tmp_path / "filter.json"
+    filter_file.write_text(json.dumps({"kind": "difficulty-filter", "kept_ids": kept, "questions_probed": 2}))
+    arms = {"grpo+filtered": {"reward.method": "grpo", "data.filter_path": str(filter_file)}}
+    for arm, seed in (("grpo", 2), ("grpo", 0), ("grpo+filtered", 3)):
+        with pytest.raises(Stop):
+            train_and_evaluate(SHARED, arm, seed, tmp_path / "runs", None, progress=False, arms=arms)
+    order = [e.id for e in load_training_examples(run_config(SHARED, "grpo", 0, tmp_path))]
+    assert runs_module.QUESTION_ORDER_SEED == 0
+    assert seen[2, None] == seen[0, None] == order
+    assert order != [e.id for e in load_training_examples(run_config(SHARED, "grpo", 2, tmp_path))]  # seed mattered
+    assert sorted(seen[3, str(filter_file)]) == sorted(kept)

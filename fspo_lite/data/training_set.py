@@ -78,10 +78,13 @@ class ExampleSampler:
         self._shuffle()
 
 
-def load_training_examples(config: Config) -> list[QAExample]:
-    """The training questions, restricted to a difficulty filter's kept ids when one is configured."""
+def load_training_examples(config: Config, order_seed: int | None = None) -> list[QAExample]:
+    """The training questions, restricted to a difficulty filter's kept ids when one is configured, shuffled with
+    `order_seed` (default: train.seed). A fixed order_seed gives every run of a study the same questions in the
+    same order, whatever its own seed and whichever other runs share its invocation."""
     stats = {"skipped": 0}
-    examples = load_mixture(config.data.train, seed=config.train.seed, skip_bad_rows=config.data.skip_bad_rows,
+    seed = config.train.seed if order_seed is None else order_seed
+    examples = load_mixture(config.data.train, seed=seed, skip_bad_rows=config.data.skip_bad_rows,
                             stats=stats)
     if stats["skipped"]:
         print(f"[fspo_lite] {config.data.train}: skipped {stats['skipped']} malformed rows (data.skip_bad_rows)")

@@ -22,6 +22,7 @@ from typing import Any
 
 from fspo_lite.atomic import atomic_write_json, atomic_write_text
 from fspo_lite.config import Config, ConfigError, apply_overrides, load_config
+from fspo_lite.data.training_set import load_training_examples
 from fspo_lite.drivers.run_keys import changed_settings, key_defaults
 from fspo_lite.logs.training_log import read_metrics
 
@@ -65,6 +66,11 @@ def check_runs(shared: dict[str, Any], methods: list[str], seeds: list[int], run
             except ConfigError as error:
                 raise ConfigError(f"run {run_name(method, seed)}: {error}") from None
 
+
+QUESTION_ORDER_SEED = 0
+"""The shuffle of every study run's training questions (`train_and_evaluate` with examples=None): one order for all
+runs, so `--set 03.seeds=[2]` trains the run the whole study trains as seed 2. The run's train.seed then draws its
+batches from them."""
 
 INVOCATION_FILE = "last_invocation.json"
 """In a runs folder: what the last `train_and_evaluate_all` did to each run (trained, resumed or skipped) and its
@@ -280,17 +286,20 @@ def evaluate_base(config: Config, runs_dir: str | Path, progress: bool = False) 
                         train_verifier=None, settings_key=key)
 
 
-def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path, examples: list,
+def train_and_evaluate(shared: dict[str, Any], method: str, seed: int, runs_dir: str | Path, examples: list | None,
                        config_path: str | Path | None = None, progress: bool = True,
                        arms: dict[str, dict[str, Any]] | None = None) -> dict:
     """Train one (arm, seed) run on `examples` and evaluate its adapter, resumably: a run whose heldout.json has
     the current run_key is skipped, one cut off during training resumes from its last checkpoint (checkpoints
     every train.save_every steps), one made with other settings starts over. `method` is the arm's name (a
-    reward.method, or a name defined in `arms`: `arm_overrides`). Returns the held-out record plus
+    reward.method, or a name defined in `arms`: `arm_overrides`). examples=None: the run's own training questions
+    (`load_training_examples` shuffled with QUESTION_ORDER_SEED), so an arm may set its own data keys. Returns the held-out record plus
     `status` (trained | resumed | skipped), `last_reward` and `minutes`."""
     from fspo_lite.update.trainer import Trainer
 
     config = run_config(shared, method, seed, runs_dir, config_path, arms)
+    if examples is None:  # the arm's own training set (its data keys), in the order every run of a study shares
+        examples = load_training_examples(config, order_seed=QUESTION_ORDER_SEED)
     key = run_key(config, examples)
     run_dir = Path(config.train.output_dir)
     started = time.perf_counter()
@@ -319,7 +328,7 @@ def _worker_threads(threads: int) -> None:
 
 
 def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: list[int], runs_dir: str | Path,
-                           examples: list, config_path: str | Path | None = None,
+                           examples: list | None, config_path: str | Path | None = None,
                            arms: dict[str, dict[str, Any]] | None = None, workers: int = 1,
                            on_finish=None) -> list[dict]:
     """`train_and_evaluate` for every (method, seed), in that order, with `workers` runs at a time.
@@ -352,7 +361,7 @@ def train_and_evaluate_all(shared: dict[str, Any], methods: list[str], seeds: li
     return ordered
 
 
-def _in_workers(shared: dict[str, Any], jobs: list[tuple[str, int]], runs_dir: str | Path, examples: list,
+def _in_workers(shared: dict[str, Any], jobs: list[tuple[str, int]], runs_dir: str | Path, examples: list | None,
                 config_path: str | Path | None, arms: dict[str, dict[str, Any]] | None, workers: int,
                 on_finish) -> dict[tuple[str, int], dict]:
     """`train_and_evaluate` for every job in `workers` spawned processes, 1/workers of the torch threads each;

@@ -120,6 +120,26 @@ def paired_difference(num_a, den_a, num_b, den_b, n_resamples: int = 2000, rng: 
     return result
 
 
+def interaction_difference(arms, n_resamples: int = 2000, rng: np.random.Generator | None = None,
+                           level: float = LEVEL) -> dict:
+    """The interaction of a 2x2, (a - b) - (c - d), on the same questions: `arms` is four (num, den) pairs of
+    (seeds, questions) arrays, a, b, c, d in that order. One question draw serves all four arms (a question drawn
+    twice counts twice in every arm), each arm draws its own seeds. {a, b, c, d, diff, low, high}."""
+    pairs = [(np.atleast_2d(np.asarray(n, float)), np.atleast_2d(np.asarray(d, float))) for n, d in arms]
+    if len(pairs) != 4:
+        raise ValueError(f"an interaction needs four arms (a, b, c, d), not {len(pairs)}")
+    if len({num.shape[1] for num, _ in pairs}) != 1:
+        raise ValueError("the four arms of an interaction need the same questions: "
+                         + " vs ".join(str(num.shape[1]) for num, _ in pairs))
+    rng = rng if rng is not None else np.random.default_rng(0)
+    questions = question_draws(pairs[0][0].shape[1], n_resamples, rng)
+    reps = [replicates(num, den, questions, seed_draws(num.shape[0], n_resamples, rng)) for num, den in pairs]
+    means = [seed_mean(num, den) for num, den in pairs]
+    low, high = interval((reps[0] - reps[1]) - (reps[2] - reps[3]), level)
+    return {**dict(zip("abcd", means)), "diff": (means[0] - means[1]) - (means[2] - means[3]), "low": low,
+            "high": high}
+
+
 def standardized_rates(num: np.ndarray, den: np.ndarray, weights: np.ndarray, usable: np.ndarray) -> np.ndarray:
     """Direct standardization: per stratum k the rate sum(num) / sum(den) (here already reduced to (..., K)
     arrays), combined as sum_k w_k rate_k over the `usable` strata, the weights renormalized over them."""

@@ -21,6 +21,7 @@ import pandas as pd
 from fspo_lite.atomic import atomic_write_text
 from fspo_lite.evaluation.result_files import read_summary
 from fspo_lite.drivers.report.controls import control_headline, more_right_lead
+from fspo_lite.drivers.report.evidence_text import evidence_lead, evidence_markdown
 from fspo_lite.drivers.report.lite import goal_check, summary_markdown
 from fspo_lite.drivers.report.plots import plot_judges, plot_paired_differences
 from fspo_lite.drivers.report.reader import (examples_markdown, figures_markdown, main_table_markdown,
@@ -301,7 +302,7 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
     if controls:  # the two questions' answers in one line; their section below has the tables
         lines.append(f"- Controls and newer rewards: (a) {control_headline(controls['control_checks'])} (b) "
                      + more_right_lead(controls["more_right"], reader.get("primary"), reader.get("holm")))
-    lines.append("")
+    lines += [*evidence_lead(stats.get("evidence")), ""]
     if validity and validity.get("sets"):
         lines += ["## How far each judge agrees with people", "", *validity_markdown(validity, reader.get("primary")),
                   ""]
@@ -322,7 +323,7 @@ def summary_document(summary: dict, audit: dict | None = None, validity: dict | 
                                settings["order"], None, stats.get("n_resamples", 2000), stats.get("level", 0.95),
                                detail=_frame(stats.get("detail_arm")), added=questions_of(stats),
                                controls=stats.get("controls") or None)
-        lines.append(study.split("\n", 2)[2])
+        lines += [study.split("\n", 2)[2], *evidence_markdown(stats.get("evidence"))]
         if not settings["smoke"]:  # seed-level readings of a smoke test's numbers would only add noise
             lines += [*sensitivity_markdown(stats["differences"], stats.get("judges") or [], reader.get("holm") or [],
                                             settings["order"]), *welch_more_markdown(stats)]

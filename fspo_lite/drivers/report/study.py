@@ -147,7 +147,7 @@ def other_benchmark_cells(runs_dir: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "method", "seed", "question", "num", "den"])
 
 
-def _arrays(cells: pd.DataFrame, method: str, questions: list) -> tuple:
+def cell_arrays(cells: pd.DataFrame, method: str, questions: list) -> tuple:
     """(num, den) arrays (seeds x questions) of one metric's cells for one method, 0/0 where a cell is missing."""
     sub = cells[cells["method"] == method]
     num = sub.pivot_table(index="seed", columns="question", values="num", aggfunc="sum").reindex(columns=questions)
@@ -155,7 +155,7 @@ def _arrays(cells: pd.DataFrame, method: str, questions: list) -> tuple:
     return num.fillna(0.0).to_numpy(), den.fillna(0.0).to_numpy()
 
 
-def _rng(seed: int, name: str):
+def metric_rng(seed: int, name: str):
     import zlib
 
     import numpy as np
@@ -175,8 +175,8 @@ def study_statistics(cells: pd.DataFrame, order: Sequence[str] | None = None, ba
     rows, diffs = [], []
     for metric, sub in cells.groupby("metric", sort=False):
         questions = sorted(sub["question"].unique())
-        arrays = {m: _arrays(sub, m, questions) for m in methods if (sub["method"] == m).any()}
-        rng = _rng(seed, metric)
+        arrays = {m: cell_arrays(sub, m, questions) for m in methods if (sub["method"] == m).any()}
+        rng = metric_rng(seed, metric)
         for method, (num, den) in arrays.items():
             rows.append({"metric": metric, "method": method,
                          **stats.bootstrap_mean(num, den, n_resamples, rng, level)})
@@ -223,7 +223,7 @@ def matched_length(responses: pd.DataFrame, baseline: str = "grpo", strata: int 
     rows = []
     for judge in judges_of(frame) if quantity != "accuracy" else [""]:
         # the step-hallucination stream keeps its old name, so its intervals do not move
-        rng = _rng(seed, f"matched@{judge}" if quantity == "step_hallucination" else f"matched@{quantity}@{judge}")
+        rng = metric_rng(seed, f"matched@{judge}" if quantity == "step_hallucination" else f"matched@{quantity}@{judge}")
         questions = sorted(frame["question"].unique())
         num_column, den_column = {"step_hallucination": (f"unsupported@{judge}", f"checkable@{judge}"),
                                   "supported_per_response": (f"supported@{judge}", "one"),
@@ -300,8 +300,8 @@ def pair_differences(cells: pd.DataFrame, metrics: Sequence[str], method: str, o
         if not ((sub["method"] == method).any() and (sub["method"] == other).any()):
             continue
         questions = sorted(sub["question"].unique())
-        result = stats.paired_difference(*_arrays(sub, method, questions), *_arrays(sub, other, questions),
-                                         n_resamples, _rng(seed, f"{metric}:{method}-{other}"), level)
+        result = stats.paired_difference(*cell_arrays(sub, method, questions), *cell_arrays(sub, other, questions),
+                                         n_resamples, metric_rng(seed, f"{metric}:{method}-{other}"), level)
         rows.append({"metric": metric, "method": method, "baseline": other, **result})
     return pd.DataFrame(rows)
 

@@ -17,6 +17,8 @@ from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, l
                                            questions_markdown, verifier_check)
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
                                                more_right_check)
+from fspo_lite.drivers.report.evidence_readings import evidence_section
+from fspo_lite.drivers.report.evidence_text import evidence_markdown
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training, quiet_zero_tables
 from fspo_lite.drivers.report.plots import (judges_not_drawn, mass_not_drawn, plot_advantage_mass, plot_judges,
                                             plot_paired_differences, plot_supported_unsupported)
@@ -309,6 +311,8 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
                           bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions,
                           controls=controls)
+    evidence = evidence_section(study.runs_dir, cells, responses, training, judges, boot)  # docs/statistics.md
+    text += "\n".join(evidence_markdown(evidence)) + ("\n" if evidence else "")
     figures, not_drawn = {}, {}
 
     def path(name: str) -> Path:
@@ -347,7 +351,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
             "caution_goal": json.loads(goal.to_json(orient="records")),
             "detail_arm": json.loads(detail.to_json(orient="records")),
             "questions": {**questions, "pairs": json.loads(questions["pairs"].to_json(orient="records"))}
-            if questions else {}, "controls": controls, "reader": reader, "figures": figures,
+            if questions else {}, "controls": controls, "evidence": evidence, "reader": reader, "figures": figures,
             "figures_not_drawn": not_drawn}
 
 

@@ -256,3 +256,36 @@ def test_a_partial_arm_is_never_read():
     assert seeds_line("grpo+ctx", [0, 1, 2]) == "3 of 5 seeds of grpo+ctx in; not read yet"
     assert seeds_line("grpo+ctx", [5, 6, 7, 8, 9]) == "0 of 5 seeds of grpo+ctx in; not read yet"
     assert seeds_line("grpo+ctx", np.array([4, 3, 2, 1, 0, 5])) is None
+
+
+def _words_h1(answer, **extra):
+    rows = {"step_hallucination@kb": {**DOWN, "move": "down"}, "supported_per_response@kb": {**ZERO, "move": "holds 0"}}
+    return {"answer": answer, "rows": rows, "reasons": [], "guards_up": [], "second_judges": ["embedding"],
+            "why_not": [], "matched": None, **extra}
+
+
+def test_the_answers_in_plain_words():
+    from fspo_lite.drivers.report.evidence_text import evidence_lead, evidence_markdown, h1_words, strict_words
+
+    assert h1_words(_words_h1("yes")).startswith("**Yes**: with the evidence in the prompt, FSPO's step hallucination "
+                                                 "falls against GRPO's under kb and embedding, and its kb-supported")
+    assert "kb at matched length: n/a" in h1_words(_words_h1("yes"))
+    guarded = h1_words(_words_h1("yes by a guarded route", guards_up=["padding", "bare name"]))
+    assert guarded.startswith("**Yes by a guarded route**") and "But padding and bare name move up" in guarded
+    assert h1_words(_words_h1("inconclusive", reasons=["a", "b"])).startswith("**Inconclusive**, as registered: a; b.")
+    assert h1_words(_words_h1("refuted")).startswith("**Refuted**: with the evidence in the prompt, FSPO still writes")
+    assert h1_words(_words_h1("no", why_not=["under kb only"])).startswith("**No**: H1's rule is not met (under kb only)")
+    bare = {"diff": -0.1, "low": -0.2, "high": 0.05, "move": "holds 0", "welch_low": -0.3, "welch_high": 0.1}
+    text = strict_words({"versus_fspo": {"bare_name@kb": bare}, "versus_grpo": {}, "closed": False,
+                         "answer": "the escape was not closed", "moved_to": ["malformed answers"]})
+    assert text == ("**The escape was not closed** (bare-name share, fspo+strict - fspo: -10.0 [-20.0, +5.0] (holds 0; "
+                    "seeds, Welch [-30.0, +10.0])). Described only: kb-supported sentences per response n/a against "
+                    "fspo, n/a against grpo; pressure elsewhere: malformed answers.")
+    assert evidence_lead(None) == [] and evidence_markdown({}) == []
+    waiting = {"h1_not_read": ["0 of 5 seeds of fspo+ctx in; not read yet"], "seeds": [0],
+               "strict_not_read": ["2 of 5 seeds of fspo+strict in; not read yet"]}
+    assert evidence_lead(waiting) == [
+        "- Evidence in the prompt: H1 (fspo+ctx - grpo+ctx) **0 of 5 seeds of fspo+ctx in; not read yet**; closing the "
+        "bare-name escape (fspo+strict) **2 of 5 seeds of fspo+strict in; not read yet**. One reading in twenty can "
+        "fall outside its interval by chance."]
+    assert "- 0 of 5 seeds of fspo+ctx in; not read yet." in evidence_markdown(waiting)

@@ -103,7 +103,7 @@ def h1_answer(rows: dict[str, dict | None], matched: dict | None, room: float, s
         why.append(f"under {judge} only, not under {' or '.join(others)}")
     if right and second and matched_move == "up":
         why.append(f"{judge}'s matched-length difference lies above 0")
-    return {"answer": answer, "reasons": reasons, "guards_up": up, "per_judge": per_judge, "matched": matched_move,
+    return {"answer": answer, "reasons": reasons, "guards_up": up, "per_judge": per_judge, "matched_move": matched_move,
             "supported": supported, "second_judges": second, "why_not": why}
 
 
@@ -193,12 +193,13 @@ def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.Da
         table = with_welch(pair_differences(both, metrics, a, b, **boot), values, boot.get("level", 0.95))
         return {m: row_dict(pair_row(table, m, a, b)) if len(table) else None for m in metrics}
 
+    means = values.groupby(["metric", "method"])["value"].mean()  # over seeds, NaN left out: stats.seed_mean
+
     def mean(metric: str, arm: str) -> float:
-        sub = both[(both["metric"] == metric) & (both["method"] == arm)]
-        return stats.seed_mean(*cell_arrays(sub, arm, sorted(sub["question"].unique()))) if len(sub) else math.nan
+        return float(means.get((metric, arm), math.nan))
 
     path = Path(preflight) if preflight is not None else Path(runs_dir).parent / PREFLIGHT
-    out = {"preflight": read_preflight(path), "seeds": list(SEEDS), "judge": PRIMARY,
+    out = {"preflight": read_preflight(path), "preflight_path": str(path), "seeds": list(SEEDS), "judge": PRIMARY,
            "arms": {a: sorted(int(s) for s in responses.loc[responses["method"] == a, "seed"].unique())
                     for a in (*CTX, *CLOSED, STRICT)}}
     blocked = missing_lines(responses, extra, CTX, CTX)

@@ -40,7 +40,7 @@ def number(metric: str, value, low=math.nan, high=math.nan, signed: bool = False
 
 def difference(metric: str, row: dict | None) -> str:
     """'-3.1 [-5.0, -1.2] (down; seeds, Welch [-6.0, -0.1])' for a difference row; 'n/a' without one."""
-    if not row:
+    if not row or row.get("diff") is None or math.isnan(float(row["diff"])):
         return "n/a"
     text = f"{number(metric, row['diff'], row['low'], row['high'], True)} ({row.get('move', 'n/a')}"
     if row.get("welch_low") is not None and not math.isnan(float(row["welch_low"])):
@@ -61,16 +61,18 @@ def h1_words(h1: dict) -> str:
                 f"fspo+ctx - grpo+ctx, {said}.")
     if answer == "refuted":
         return (f"**Refuted**: with the evidence in the prompt, FSPO still writes fewer kb-supported sentences per "
-                f"response than GRPO ({difference(supported, rows.get(supported))}); the flip removes supported "
-                f"sentences even where they are reachable. ({said}.)")
+                f"response than GRPO ({difference(supported, rows.get(supported))}): the evidence does not stop it "
+                f"from saying less (kb step hallucination {difference(rate, rows.get(rate))}).")
     if answer.startswith("yes"):
-        judges = ", ".join([judge, *h1["second_judges"]])
+        named = [judge, *h1["second_judges"]]
+        judges = ", ".join(named[:-1]) + " and " + named[-1]
         text = (f"**{answer[0].upper() + answer[1:]}**: with the evidence in the prompt, FSPO's step hallucination "
-                f"falls against GRPO's under {judges} and its kb-supported sentences per response do not fall ({said}; "
-                f"kb at matched length: {h1['matched']}).")
+                f"falls against GRPO's under {judges}, and its kb-supported sentences per response do not fall ({said}; "
+                f"kb at matched length: {difference(rate, h1.get('matched'))}).")
         if h1["guards_up"]:
-            text += (f" But {', '.join(h1['guards_up'])} moves up against grpo+ctx: the gain comes at least partly "
-                     "that way, not only from stating the asked attribute faithfully.")
+            up = h1["guards_up"]
+            text += (f" But {' and '.join(up)} {'moves' if len(up) == 1 else 'move'} up against grpo+ctx: the gain "
+                     "comes at least partly that way, not only from stating the asked attribute faithfully.")
         return text
     return f"**No**: H1's rule is not met ({'; '.join(h1['why_not']) or 'see the table'}). ({said}.)"
 
@@ -142,7 +144,7 @@ def evidence_markdown(section: dict | None) -> list[str]:
                   f"{100 * pre['high']:.1f}] (gate 30%, point estimate: {'passed' if pre['passes'] else 'not passed'}).",
                   ""]
     else:
-        lines += ["Pre-flight: no reading found (results/study/preflight_ctx/preflight.json).", ""]
+        lines += [f"Pre-flight: no reading found ({section.get('preflight_path')}).", ""]
     lines += ["### H1: with the evidence visible, does FSPO's step hallucination fall against GRPO's while its "
               "supported sentences do not?", ""]
     h1 = section.get("h1")
@@ -151,7 +153,7 @@ def evidence_markdown(section: dict | None) -> list[str]:
     else:
         lines += [h1_words(h1), "", *table(h1["rows"], h1["means"], ["fspo+ctx", "grpo+ctx"], "fspo+ctx - grpo+ctx"),
                   f"| {label('step_hallucination@kb')}, matched length | | | {difference('step_hallucination@kb', h1['matched'])} | "
-                  f"{(h1['matched'] or {}).get('survives', '')} |", "", conditions(h1),
+                  f"{(h1['matched'] or {}).get('survives', '')} |", "", conditions(h1), "",
                   "Guards (a guard that moves up turns a yes into \"yes by a guarded route\"): padding, copying and "
                   "bare name, rows above.", ""]
         if section.get("interaction"):

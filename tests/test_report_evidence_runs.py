@@ -1,0 +1,160 @@
+"""The evidence-in-the-prompt readings end to end, on hand-made run folders whose answers are known: every question,
+sample and seed of an arm answers alike, so every interval is a point and each registered rule has one answer."""
+
+import json
+import shutil
+
+import pytest
+
+from fspo_lite.drivers.report import Bootstrap, Study, judges_of, load_responses, load_training, metric_cells
+from fspo_lite.drivers.report.evidence_readings import evidence_section
+
+EVIDENCE = "Paris was founded by the Parisii tribe. Its river is the Seine."
+OPEN = f"<|im_start|>user\nEvidence:\n{EVIDENCE}\n\nQuestion: What is the capital of France?<|im_end|>\n"
+CLOSED = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+S, U = 1, -1
+CAPITAL, SEINE, PEOPLE, LOUVRE = ("Paris is the capital.", "Paris lies on the Seine.", "Paris has ten million people.",
+                                  "Paris hosts the Louvre.")
+COPIED = "Paris was founded by the Parisii tribe."           # an evidence sentence word for word
+FACTS = [f"Paris fact number {i} is {w}." for i, w in enumerate("alpha beta gamma delta eps zeta eta theta".split())]
+BOOT = {"n_resamples": 50, "seed": 0, "level": 0.95}
+
+
+def _record(question, sample, texts, labels, prompt, tokens):
+    output = "<think>" + " ".join(texts) + "</think>\n<answer>Paris</answer>"
+    spans, at = [], 0
+    for text in texts:
+        start = output.index(text, at)
+        spans.append([start, start + len(text)])
+        at = start + len(text)
+    return {"benchmark": "kbqa", "id": f"q{question}", "sample": sample, "grade": "CORRECT", "f1": 1.0,
+            "format_ok": True, "output": output, "sentence_spans": spans, "gold": ["Paris"], "prompt": prompt,
+            "response_tokens": tokens, "near_duplicate_sentences": 0, "sentence_labels": labels,
+            "sentence_labels_by_judge": {j: labels for j in ("embedding", "likelihood", "kb")}}
+
+
+def write_run(root, method, seed, responses, open_book=False, tokens=30, zero_std=0.0):
+    """One run: 4 questions x 2 samples; sample k answers with responses[k % len(responses)] = (texts, labels)."""
+    run = root / f"{method.replace('+', '_')}_s{seed}"
+    (run / "eval").mkdir(parents=True)
+    (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "judge": "embedding",
+                                                  "train_verifier": "lexical", "metrics": {}}))
+    (run / "config.yaml").write_text(f"data:\n  evidence_in_prompt: {str(open_book).lower()}\n"
+                                     "evaluation:\n  max_new_tokens: 64\n")
+    rows = [_record(q, s, *responses[s % len(responses)], OPEN if open_book else CLOSED, tokens)
+            for q in range(4) for s in range(2)]
+    (run / "eval" / "records.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps({"step": k, "frac_reward_zero_std": zero_std})
+                                                 for k in (1, 2)) + "\n")
+
+
+def study(root, grpo_ctx, fspo_ctx, tokens=30, zero_std=0.0):
+    """The 2x2 and the strict arm: the closed-book arms fixed, the open-book ones as given."""
+    arms = {"grpo": ([([CAPITAL, PEOPLE], [S, U])], False), "fspo": ([([CAPITAL], [S]), (["Paris"], [0])], False),
+            "fspo+strict": ([([CAPITAL, SEINE], [S, S])], False), "grpo+ctx": (grpo_ctx, True),
+            "fspo+ctx": (fspo_ctx, True)}
+    for method, (responses, open_book) in arms.items():
+        for seed in range(5):
+            write_run(root, method, seed, responses, open_book, tokens if open_book else 30,
+                      zero_std if open_book else 0.0)
+    return root
+
+
+def section(root, preflight=None):
+    responses = load_responses(root)
+    return evidence_section(root, metric_cells(responses), responses, load_training(root),
+                            judges_of(responses, "kb"), BOOT, preflight)
+
+
+YES = ([([CAPITAL, SEINE, PEOPLE], [S, S, U])], [([CAPITAL, SEINE, LOUVRE], [S, S, S])])
+
+
+@pytest.mark.parametrize("grpo_ctx, fspo_ctx, extra, answer, detail", [
+    (*YES, {}, "yes", []),
+    (YES[0], [([CAPITAL, SEINE, COPIED], [S, S, S])], {}, "yes by a guarded route", ["copying"]),
+    (YES[0], [([CAPITAL], [S])], {}, "refuted", []),   # one supported sentence against two
+    ([(FACTS[:7] + [PEOPLE], [S] * 7 + [U])], [(FACTS, [S] * 8)], {}, "inconclusive",
+     ["grpo+ctx's kb step hallucination is 12.5%, below 15%: no room to fall"]),
+    (*YES, {"tokens": 64}, "inconclusive",
+     ["the ctx arms' share of held-out responses cut at the token limit is 100.0%, more than 20%"]),
+    (*YES, {"zero_std": 0.75}, "inconclusive",
+     ["the ctx arms' share of training groups without reward spread is 75%, more than 50%"]),
+])
+def test_h1_on_hand_made_runs(tmp_path, grpo_ctx, fspo_ctx, extra, answer, detail):
+    found = section(study(tmp_path, grpo_ctx, fspo_ctx, **extra))
+    h1 = found["h1"]
+    assert h1["answer"] == answer
+    assert (h1["guards_up"] if answer.startswith("yes") else h1["reasons"]) == detail
+    if answer == "yes":
+        assert h1["rows"]["step_hallucination@kb"]["diff"] == pytest.approx(-1 / 3)
+        assert h1["matched"]["diff"] == pytest.approx(-1 / 3)        # both in the 3-sentence stratum
+        # (0 - 1/3) - (0 - 1/2): the closed-book fspo's bare name carries no checkable sentence
+        rate = next(r for r in found["interaction"] if r["metric"] == "step_hallucination@kb")
+        assert rate["diff"] == pytest.approx(1 / 6) and rate["low"] == pytest.approx(1 / 6)
+    # the strict arm: bare names gone (0 against fspo's half), two supported sentences against 0.5 and grpo's 1
+    assert found["strict"]["answer"] == "restores supported sentences"
+    assert found["strict"]["versus_fspo"]["bare_name@kb"]["diff"] == pytest.approx(-0.5)
+
+
+def test_partial_arms_are_not_read(tmp_path):
+    root = study(tmp_path, *YES)
+    for name in ("fspo_ctx_s4", "fspo_strict_s2", "fspo_strict_s3", "fspo_strict_s4"):
+        shutil.rmtree(root / name)
+    found = section(root)
+    assert "h1" not in found and "strict" not in found and "interaction" not in found
+    assert found["h1_not_read"] == ["4 of 5 seeds of fspo+ctx in; not read yet"]
+    assert found["strict_not_read"] == ["2 of 5 seeds of fspo+strict in; not read yet"]
+
+
+def test_open_book_runs_without_the_evidence_or_the_judge_are_not_read(tmp_path):
+    root = study(tmp_path, *YES)
+    config = root / "grpo_ctx_s2" / "config.yaml"
+    config.write_text(config.read_text().replace("true", "false"))
+    records = root / "fspo_ctx_s1" / "eval" / "records.jsonl"
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    for row in rows[:3]:
+        del row["sentence_labels_by_judge"]["kb"]
+    records.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    found = section(root)
+    assert "h1" not in found and found["h1_not_read"] == [
+        "3 held-out responses of fspo+ctx carry no kb labels (label them with the kb judge first: `rejudge`); not read yet",
+        "grpo_ctx_s2 (grpo+ctx) did not have the evidence in the prompt (data.evidence_in_prompt); not read"]
+
+
+def test_no_ctx_or_strict_run_no_section(tmp_path):
+    for seed in range(2):
+        write_run(tmp_path, "grpo", seed, [([CAPITAL], [S])])
+        write_run(tmp_path, "fspo", seed, [([CAPITAL], [S])])
+    assert section(tmp_path) == {}
+
+
+def test_the_study_report_renders_the_answers(tmp_path):
+    """study_report -> summary.json's statistics -> summary.md (as make report renders it)."""
+    from fspo_lite.drivers.report import study_report
+    from fspo_lite.drivers.report.render import summary_document
+
+    runs = study(tmp_path / "runs", YES[0], [([CAPITAL, SEINE, COPIED], [S, S, S])])
+    preflight = tmp_path / "runs" / ".." / "preflight_ctx"
+    preflight.mkdir()
+    (preflight / "preflight.json").write_text(json.dumps({
+        "second_supported_share": 0.363, "second_supported": 33, "second_sentences": 91,
+        "interval_95": [0.271, 0.465], "passes": True}))
+    order = ["grpo", "fspo", "fspo+strict", "grpo+ctx", "fspo+ctx"]
+    out = study_report(Study(runs, order, figures_dir=tmp_path / "figures", results_dir=tmp_path / "results",
+                             primary_judge="kb"), Bootstrap(**{k: BOOT[k] for k in ("n_resamples", "seed")}))
+    stats = json.loads(json.dumps({k: v for k, v in out.items() if k != "markdown"}))
+    assert stats["evidence"]["h1"]["answer"] == "yes by a guarded route"
+    text = summary_document({"statistics": stats, "report": {"order": order, "title": "t"}})
+    top = text.split("## Main table")[0]
+    assert ("- Evidence in the prompt: H1 (fspo+ctx - grpo+ctx) **yes by a guarded route**; closing the bare-name "
+            "escape (fspo+strict) **restores supported sentences**.") in top
+    assert ("**Yes by a guarded route**: with the evidence in the prompt, FSPO's step hallucination falls against "
+            "GRPO's under kb, embedding and likelihood, and its kb-supported sentences per response do not fall") in text
+    assert "But copying moves up against grpo+ctx" in text
+    assert "33 of 91 second reasoning sentences kb-supported, 36.3% [27.1, 46.5] (gate 30%, point estimate: passed)" in text
+    assert "The escape was closed (bare-name share, fspo+strict - fspo: -50.0 [-50.0, -50.0] (down))" in text
+    assert "**Restores supported sentences**" in text
+    assert "| copying: sentences copied from the evidence | 33.3 | 0.0 | +33.3 [+33.3, +33.3] (up) |" in text
+    assert "What it can and cannot show: Open-book training measures faithfulness" in text
+    assert "Multiplicity: These are about ten readings" in text
+    assert "## Evidence in the prompt, and the flip's escape closed" in (tmp_path / "results" / "summary.md").read_text()

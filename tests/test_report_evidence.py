@@ -289,3 +289,15 @@ def test_the_answers_in_plain_words():
         "bare-name escape (fspo+strict) **2 of 5 seeds of fspo+strict in; not read yet**. One reading in twenty can "
         "fall outside its interval by chance."]
     assert "- 0 of 5 seeds of fspo+ctx in; not read yet." in evidence_markdown(waiting)
+
+
+def test_the_readme_paragraph():
+    from fspo_lite.drivers.report.evidence_text import CAVEAT, evidence_paragraph
+
+    assert evidence_paragraph(None) == "" and evidence_paragraph({}) == ""
+    text = evidence_paragraph({"h1_not_read": ["3 of 5 seeds of grpo+ctx in; not read yet"],
+                               "strict_not_read": ["2 of 5 seeds of fspo+strict in; not read yet"]})
+    assert text.startswith("**Evidence in the prompt (H1, fspo+ctx - grpo+ctx).** 3 of 5 seeds of grpo+ctx in; not "
+                           "read yet. **Closing the bare-name escape (fspo+strict - fspo).** 2 of 5 seeds of "
+                           "fspo+strict in; not read yet. These are about ten readings")
+    assert text.endswith(CAVEAT)

@@ -174,3 +174,14 @@ def evidence_markdown(section: dict | None) -> list[str]:
         lines.append(f"| {label('supported_per_response@kb')}, fspo+strict - grpo | | | | "
                      f"{difference('supported_per_response@kb', row)} | {(row or {}).get('survives', '')} |")
     return lines + ["", f"Multiplicity: {MULTIPLICITY}", "", f"What it can and cannot show: {CAVEAT}"]
+
+
+def evidence_paragraph(section: dict | None) -> str:
+    """Both answers in one paragraph with the caveat, for a README block ('' when there is no section)."""
+    if not section:
+        return ""
+    h1 = h1_words(section["h1"]) if section.get("h1") else "; ".join(section.get("h1_not_read") or []) + "."
+    strict = (strict_words(section["strict"]) if section.get("strict")
+              else "; ".join(section.get("strict_not_read") or []) + ".")
+    return (f"**Evidence in the prompt (H1, fspo+ctx - grpo+ctx).** {h1} **Closing the bare-name escape "
+            f"(fspo+strict - fspo).** {strict} {MULTIPLICITY} {CAVEAT}")

@@ -115,7 +115,11 @@ def test_open_book_runs_without_the_evidence_or_the_judge_are_not_read(tmp_path)
     for row in rows[:3]:
         del row["sentence_labels_by_judge"]["kb"]
     records.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    strict = root / "fspo_strict_s0" / "config.yaml"
+    strict.write_text(strict.read_text().replace("false", "true"))
     found = section(root)
+    assert found["strict_not_read"] == [
+        "fspo_strict_s0 (fspo+strict) had the evidence in the prompt (data.evidence_in_prompt); not read"]
     assert "h1" not in found and found["h1_not_read"] == [
         "3 held-out responses of fspo+ctx carry no kb labels (label them with the kb judge first: `rejudge`); not read yet",
         "grpo_ctx_s2 (grpo+ctx) did not have the evidence in the prompt (data.evidence_in_prompt); not read"]
@@ -158,3 +162,11 @@ def test_the_study_report_renders_the_answers(tmp_path):
     assert "What it can and cannot show: Open-book training measures faithfulness" in text
     assert "Multiplicity: These are about ten readings" in text
     assert "## Evidence in the prompt, and the flip's escape closed" in (tmp_path / "results" / "summary.md").read_text()
+
+
+def test_a_seed_outside_the_registered_ones_is_not_read(tmp_path):
+    root = study(tmp_path, *YES)
+    write_run(root, "fspo+ctx", 5, [([CAPITAL], [S])], open_book=True)   # it would refute H1 if it were read
+    found = section(root)
+    assert found["h1"]["answer"] == "yes"
+    assert found["h1"]["rows"]["supported_per_response@kb"]["diff"] == pytest.approx(1.0)

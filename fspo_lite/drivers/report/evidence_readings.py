@@ -152,8 +152,8 @@ def interaction(cells: pd.DataFrame, metrics: Sequence[str], arms: Sequence[str]
 
 def missing_lines(responses: pd.DataFrame, extra: pd.DataFrame, arms: Sequence[str], open_book: Sequence[str],
                   judge: str = PRIMARY) -> list[str]:
-    """Why a reading over `arms` cannot be made yet: seeds missing, responses without `judge`'s labels, open-book
-    runs made without the evidence in the prompt. [] when it can."""
+    """Why a reading over `arms` cannot be made yet: seeds missing, responses without `judge`'s labels, runs of an
+    arm in `open_book` made without the evidence in the prompt, runs of any other arm made with it. [] when it can."""
     lines = []
     for arm in arms:
         line = seeds_line(arm, responses.loc[responses["method"] == arm, "seed"].unique())
@@ -165,10 +165,11 @@ def missing_lines(responses: pd.DataFrame, extra: pd.DataFrame, arms: Sequence[s
         if unjudged:
             lines.append(f"{unjudged} held-out responses of {arm} carry no {judge} labels (label them with the {judge} "
                          "judge first: `rejudge`); not read yet")
-        closed = sorted(set(rows.loc[~rows["evidence_in_prompt"].astype(bool), "run"])) if arm in open_book else []
-        if closed:
-            lines.append(f"{', '.join(closed)} ({arm}) did not have the evidence in the prompt "
-                         "(data.evidence_in_prompt); not read")
+        shown = rows["evidence_in_prompt"].astype(bool)
+        wrong = sorted(set(rows.loc[~shown if arm in open_book else shown, "run"]))
+        if wrong:
+            lines.append(f"{', '.join(wrong)} ({arm}) {'did not have' if arm in open_book else 'had'} the evidence in "
+                         "the prompt (data.evidence_in_prompt); not read")
     return lines
 
 
@@ -183,6 +184,8 @@ def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.Da
         return {}
     arms = [a for a in (*CTX, *CLOSED, STRICT) if a in ran]
     extra = evidence_responses(runs_dir, arms, PRIMARY)
+    extra = extra[extra["seed"].isin(SEEDS)]  # the registered seeds only: another seed of an arm is not read
+    cells, responses = (frame[frame["seed"].isin(SEEDS)] for frame in (cells, responses))
     wanted = [*[f"{k}@{j}" for j in judges for k in ("step_hallucination", "supported_per_response")], "accuracy",
               "not_attempted", "sentences_per_response"]
     mine = evidence_cells(extra, PRIMARY)

@@ -184,8 +184,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "evaluation.judge": ("similarity", "overlap", "llm"),
     "detail.relevance_judge": ("llm",),
 }
-"""The words a string key accepts (the modules that read them hold the same tuples; tests/test_hostile_inputs.py
-compares). The names of reward.method and verifier.name are REWARD_SOURCES and VERIFIER_NAMES below; benchmark
+"""The words a string key accepts: the one place they are written (train.loss_aggregation's are fspo_lite.algos',
+which computes them). The modules that act on a word read their tuple from here (rollout.engines.ROLLOUT_ENGINES,
+rollout.decoding.DRAWS, ...); tests/test_config_tables.py fails on a second copy. The names of reward.method and verifier.name are REWARD_SOURCES and VERIFIER_NAMES below; benchmark
 names are checked by the evaluation, before any model loads."""
 
 REWARD_SOURCES: dict[str, bool] = {"grpo": True, "caution": True, "rlfh": False, "klcf": True, "random": False,

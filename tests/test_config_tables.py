@@ -1,9 +1,9 @@
-"""Each config key is described once: its range is written in `NUMBER_RANGES` and its words in `CHOICES`
-(fspo_lite/config_checks.py), and every other table, check and error message of the package reads them from there;
-and whether a Config is valid does not depend on which modules were imported.
+"""Each config key is described once: its range or its words are given where its field is (fspo_lite/config.py,
+`ranged` and `one_of`), and every table, check and error message of the package reads them from there
+(`NUMBER_RANGES`, `CHOICES`); and whether a Config is valid does not depend on which modules were imported.
 
-The package's source is read as Python (ast), so a second copy of a key's range or words anywhere in it, in a table
-or inline, fails here naming where it is.
+The package's source is read as Python (ast), so a second statement of a key's range or words anywhere in it, in a
+table or inline, fails here naming where it is.
 """
 
 from __future__ import annotations
@@ -22,7 +22,14 @@ from fspo_lite.config import CHOICES, NUMBER_RANGES, Config, ConfigError, load_c
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "fspo_lite"
 RANGE_NAMES = {"Range", "COUNT", "INDEX", "SHARE", "WEIGHT", "NONNEGATIVE", "TIMEOUT", "SEED"}
-"""The range type of fspo_lite.config_checks and its named ranges: a table value built from one describes a range."""
+"""The range type of fspo_lite.config_checks and its named ranges: a table value built from one states a range."""
+FIELD_MAKERS = {"ranged", "one_of"}
+"""The field functions that state what a key accepts where its field is."""
+
+
+def section_classes() -> dict[str, str]:
+    """Section class name -> section name ('RolloutConfig' -> 'rollout')."""
+    return {cls.__name__: name for name, cls in typing.get_type_hints(Config).items()}
 
 
 def config_keys() -> set[str]:
@@ -32,10 +39,11 @@ def config_keys() -> set[str]:
 
 
 def words(node: ast.AST) -> frozenset[str] | None:
-    """The strings of a tuple, list or set literal of at least two string constants, else None."""
-    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) >= 2 and all(
-            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
-        return frozenset(e.value for e in node.elts)
+    """The strings of a tuple, list or set literal, or of a one_of(...) call, of at least two string constants."""
+    elements = node.args if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "one_of" else \
+        node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+    if len(elements) >= 2 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in elements):
+        return frozenset(e.value for e in elements)
     return None
 
 
@@ -56,10 +64,16 @@ def package_sources(package: Path = PACKAGE):
 
 
 def key_descriptions(sources) -> dict[str, list[str]]:
-    """Config key -> where a dict literal maps it to a range or a word list ('file:line')."""
-    keys, found = config_keys(), {}
+    """Config key -> where its range or words are stated ('file:line'): a section's field made by `ranged` or
+    `one_of`, or a dict literal mapping the key to a range or a word list."""
+    keys, sections, found = config_keys(), section_classes(), {}
     for where, tree in sources:
         for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in sections:
+                for line in node.body:
+                    if (isinstance(line, ast.AnnAssign) and isinstance(line.value, ast.Call)
+                            and getattr(line.value.func, "id", None) in FIELD_MAKERS):
+                        found.setdefault(f"{sections[node.name]}.{line.target.id}", []).append(f"{where}:{line.lineno}")
             if isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values):
                     if isinstance(key, ast.Constant) and key.value in keys and describes(value):
@@ -68,7 +82,7 @@ def key_descriptions(sources) -> dict[str, list[str]]:
 
 
 def word_copies(sources) -> dict[str, list[str]]:
-    """Config key -> where a literal holds exactly its words (in any order), anywhere in the package."""
+    """Config key -> where a literal (or a one_of call) holds exactly its words, in any order, in the package."""
     keys_of = {frozenset(choices): key for key, choices in CHOICES.items()}
     found = {}
     for where, tree in sources:
@@ -79,39 +93,41 @@ def word_copies(sources) -> dict[str, list[str]]:
     return found
 
 
-def test_each_key_has_its_range_or_words_in_one_table():
+def test_each_key_has_its_range_or_words_stated_once_where_its_field_is():
     found = key_descriptions(package_sources())
     twice = {key: places for key, places in found.items() if len(places) > 1}
-    assert not twice, f"a key described in more than one table (keep it in config_checks; read it elsewhere): {twice}"
-    # the scan sees the two tables themselves: every ranged key, and every word key written as a literal
-    assert set(found) == set(NUMBER_RANGES) | set(CHOICES) - {"train.loss_aggregation"}
-    assert {places[0].split(":")[0] for places in found.values()} == {"fspo_lite/config_checks.py"}
+    assert not twice, f"a key's range or words stated twice (state it on its field; read NUMBER_RANGES or CHOICES " \
+                      f"elsewhere): {twice}"
+    assert set(found) == set(NUMBER_RANGES) | set(CHOICES)
+    assert {places[0].split(":")[0] for places in found.values()} == {"fspo_lite/config.py"}
 
 
 def test_each_word_list_is_written_once():
-    """The words of a key appear as a literal once in the package: in CHOICES, or (train.loss_aggregation) in
-    fspo_lite.algos, whose loss computes them and which CHOICES reads."""
+    """The words of a key appear once in the package: on its field, or (train.loss_aggregation) in fspo_lite.algos,
+    whose loss computes them and which the field reads."""
     found = word_copies(package_sources())
     assert set(found) == {key for key, choices in CHOICES.items() if len(choices) > 1}  # one word: no list to copy
     twice = {key: places for key, places in found.items() if len(places) > 1}
-    assert not twice, f"a key's words written more than once (read config_checks.CHOICES instead): {twice}"
+    assert not twice, f"a key's words written more than once (read fspo_lite.config.CHOICES instead): {twice}"
     assert found["train.loss_aggregation"][0].startswith("fspo_lite/algos.py:")
+    assert found["rollout.engine"][0].startswith("fspo_lite/config.py:")
 
 
 def test_the_scans_find_a_second_copy(tmp_path):
-    """The two scans catch what they guard against: a module beside config_checks holding copies of two keys'
-    ranges and of one key's words (in another order)."""
+    """The two scans catch what they guard against: a module beside the schema holding copies of two keys' ranges
+    and of one key's words (in another order)."""
     package = tmp_path / "fspo_lite"
     package.mkdir()
-    (package / "config_checks.py").write_text((PACKAGE / "config_checks.py").read_text(encoding="utf-8"))
+    (package / "config.py").write_text((PACKAGE / "config.py").read_text(encoding="utf-8"))
     (package / "copy.py").write_text('LIMITS = {"train.steps": COUNT, "rollout.top_p": Range(0, 1)}\n'
                                      'ENGINES = ("vllm-server", "transformers", "vllm")\n'
                                      'SLIDERS = {"rollout.temperature": (0.0, 2.0, 0.1)}\n')
     found = key_descriptions(package_sources(package))
     assert found["train.steps"][1:] == ["fspo_lite/copy.py:1"] and found["rollout.top_p"][1:] == ["fspo_lite/copy.py:1"]
-    assert [place.split(":")[0] for place in found["rollout.temperature"]] == ["fspo_lite/config_checks.py"]  # a
-    # slider's span is the playground's layout, not a statement of what the key accepts
-    assert word_copies(package_sources(package))["rollout.engine"][1:] == ["fspo_lite/copy.py:2"]
+    assert [place.split(":")[0] for place in found["rollout.temperature"]] == ["fspo_lite/config.py"]  # a slider's
+    # span is the playground's layout, not a statement of what the key accepts
+    assert [place.split(":")[0] for place in word_copies(package_sources(package))["rollout.engine"]] == \
+        ["fspo_lite/config.py", "fspo_lite/copy.py"]
 
 
 def test_the_modules_acting_on_a_word_read_the_config_table():
@@ -126,25 +142,10 @@ def test_the_modules_acting_on_a_word_read_the_config_table():
 
     for key, table in [("rollout.engine", ROLLOUT_ENGINES), ("evaluation.judge", JUDGES), ("model.backend", BACKENDS),
                        ("caution.variant", VARIANTS), ("rlfh.granularity", GRANULARITIES), ("rollout.draw", DRAWS),
-                       ("train.loss_aggregation", LOSS_AGGREGATIONS),
                        ("rlfh.granularity", playground.CHOICES["rlfh.granularity"])]:
         assert table is CHOICES[key], key
+    assert CHOICES["train.loss_aggregation"] == LOSS_AGGREGATIONS  # the field reads the words the loss computes
     assert playground.CHOICES["caution.variant"] == ("both", "fact", "caution")
-
-
-def test_each_key_names_its_words_where_the_schema_describes_it():
-    """fspo_lite/config.py's comment on a word key names each of its words, so the schema a reader opens agrees
-    with the table the checks read."""
-    source = (PACKAGE / "config.py").read_text(encoding="utf-8")
-    sections = typing.get_type_hints(Config)
-    for key, choices in CHOICES.items():
-        section, name = key.split(".")
-        cls = sections[section]
-        body = source[source.index(f"class {cls.__name__}:"):]
-        line = next(line for line in body.splitlines() if line.strip().startswith(f"{name}:"))
-        comment = line.split("#", 1)[1] if "#" in line else ""
-        missing = [word for word in choices if word not in comment]
-        assert not missing, f"{key}: the comment in fspo_lite/config.py does not name {missing}"
 
 
 BAD_VALUES = [("train.steps", 0), ("rollout.group_size", 1), ("rollout.engine", "vlm"), ("rollout.draw", "gumbel"),

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
-from fspo_lite.config_checks import CHOICES
+from fspo_lite.config import CHOICES
 
 JUDGES = CHOICES["evaluation.judge"]
 """The free-form answer judges (evaluation.judge): the config's words, read from its one table."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from fspo_lite.config_checks import CHOICES
+from fspo_lite.config import CHOICES
 from fspo_lite.models.adapter_origin import trained_model_name
 from fspo_lite.models.hub import HubUnavailable, hub_options
 from fspo_lite.models.precision import four_bit_compute_dtype

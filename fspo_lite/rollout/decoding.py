@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from fspo_lite.config_checks import CHOICES
+from fspo_lite.config import CHOICES
 from fspo_lite.models.logprobs import prompt_positions
 from fspo_lite.rollout.sampling import Sampling
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fspo_lite.config_checks import CHOICES
+from fspo_lite.config import CHOICES
 from fspo_lite.text import normalize_answer
 
 CORRECT, PROCESS, UNKNOWN, WRONG, MALFORMED = "correct", "process", "unknown", "wrong", "malformed"

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from fspo_lite.config_checks import CHOICES
+from fspo_lite.config import CHOICES
 from fspo_lite.scoring.align import char_to_token_index
 from fspo_lite.scoring.claims import ClaimExtractor, content_words
 from fspo_lite.scoring.methods.caution import contains_answer

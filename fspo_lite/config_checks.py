@@ -9,6 +9,7 @@ module sits below the schema that calls it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
@@ -105,9 +106,7 @@ def one_of(*words: str, default: Any = _FIRST) -> Any:
 def key_table(schema: type, kind: str) -> dict[str, Any]:
     """Every key of a config class (`fspo_lite.config.Config`) whose field says what it accepts -> that (its Range
     for kind=RANGE, its words for kind=WORDS), in the schema's order."""
-    sections = typing.get_type_hints(schema)
-    return {f"{section.name}.{key.name}": key.metadata[kind] for section in dataclasses.fields(schema)
-            for key in dataclasses.fields(sections[section.name]) if kind in key.metadata}
+    return {key: metadata[kind] for key, _, metadata in _schema_fields(schema) if kind in metadata}
 
 
 REWARD_SOURCES: dict[str, bool] = {"grpo": True, "caution": True, "rlfh": False, "klcf": True, "random": False,
@@ -122,18 +121,25 @@ compares)."""
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+@functools.cache
+def _schema_fields(schema: type) -> tuple[tuple[str, Any, Any], ...]:
+    """Every key of a config class -> (its resolved annotation, its field's metadata), read once per class."""
+    sections = typing.get_type_hints(schema)
+    return tuple((f"{section.name}.{field.name}", annotation, field.metadata) for section in dataclasses.fields(schema)
+                 for field, annotation in zip(dataclasses.fields(sections[section.name]),
+                                              field_types(sections[section.name]).values()))
+
+
 def numeric_keys(schema: type) -> dict[str, tuple[bool, bool]]:
     """Every numeric key of a config class (`fspo_lite.config.Config`) -> (integer, nullable), read off its
     dataclasses."""
     keys = {}
-    sections = typing.get_type_hints(schema)
-    for section in dataclasses.fields(schema):
-        for name, annotation in field_types(sections[section.name]).items():
-            args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
-                else (annotation,)
-            numeric = [a for a in args if a in (int, float)]
-            if numeric:
-                keys[f"{section.name}.{name}"] = (numeric[0] is int, type(None) in args)
+    for key, annotation, _ in _schema_fields(schema):
+        args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+            else (annotation,)
+        numeric = [a for a in args if a in (int, float)]
+        if numeric:
+            keys[key] = (numeric[0] is int, type(None) in args)
     return keys
 
 
@@ -149,8 +155,8 @@ def _finite(value: Any) -> bool:
 
 
 def _allows_null(schema: type, key: str) -> bool:
-    section, name = key.split(".")
-    return type(None) in typing.get_args(field_types(field_types(schema)[section])[name])
+    return any(name == key and type(None) in typing.get_args(annotation)
+               for name, annotation, _ in _schema_fields(schema))
 
 
 def _value(config: Any, key: str) -> Any:

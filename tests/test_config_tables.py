@@ -146,6 +146,8 @@ def test_the_modules_acting_on_a_word_read_the_config_table():
         assert table is CHOICES[key], key
     assert CHOICES["train.loss_aggregation"] == LOSS_AGGREGATIONS  # the field reads the words the loss computes
     assert playground.CHOICES["caution.variant"] == ("both", "fact", "caution")
+    for key, (low, high, _) in playground.KNOBS.items():  # a slider's span: the playground's own, inside the range
+        assert NUMBER_RANGES[key].holds(low) and NUMBER_RANGES[key].holds(high), key
 
 
 BAD_VALUES = [("train.steps", 0), ("rollout.group_size", 1), ("rollout.engine", "vlm"), ("rollout.draw", "gumbel"),

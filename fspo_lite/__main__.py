@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     filter_ = commands.add_parser("filter", help="difficulty filter: sample each training question k times, keep "
                                   "the ones with varied outcomes")
     _add_config_arguments(filter_)
-    filter_.add_argument("--samples", type=int, help="k samples per question (default: filter.samples = 16)")
+    filter_.add_argument("--samples", type=int, help="k samples per question (default: filter.samples)")
     choice = filter_.add_mutually_exclusive_group()
     choice.add_argument("--top", type=int, help="keep the N most varied questions (default: filter.top)")
     choice.add_argument("--band", help="keep success rates in LOW,HIGH, e.g. 0.2,0.8 (default: filter.band)")

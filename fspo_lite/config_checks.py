@@ -1,5 +1,6 @@
-"""What a valid config is: the error every config problem raises, the range of each numeric key, the words each
-string key accepts, and the rules that tie keys together (`validate_config`).
+"""What a valid config is: the error every config problem raises, how a field states what it accepts (`ranged`: a
+numeric key's `Range`; `one_of`: a string key's words), and the checks of every key and of the rules that tie keys
+together (`validate_config`).
 
 Generic over the schema (`fspo_lite.config`): the checks read the dataclasses of the config they are given, so this
 module sits below the schema that calls it.
@@ -8,14 +9,13 @@ module sits below the schema that calls it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import types
 import typing
 from dataclasses import dataclass
 from typing import Any, Callable
-
-from fspo_lite.algos import LOSS_AGGREGATIONS
 
 
 class ConfigError(ValueError):
@@ -86,107 +86,28 @@ NONNEGATIVE = Range(0, 1e6)
 TIMEOUT = Range(0, 1e6, low_open=True, note="seconds")
 SEED = Range(0, 2**32 - 1, note="what numpy and the CUDA generators accept")
 
-NUMBER_RANGES: dict[str, Range] = {
-    "model.lora_r": Range(1, 4096, note="the LoRA rank"),
-    "model.lora_alpha": Range(0, 1e6, low_open=True, note="the LoRA scale is lora_alpha / lora_r; 0 disables the "
-                              "adapter"),
-    "model.lora_dropout": Range(0, 1, high_open=True, note="a dropout probability; 1 drops everything"),
-    "data.limit": COUNT,
-    "data.few_shot": Range(0, 2, note="0, 1 or 2 worked examples"),
-    "data.max_prompt_tokens": COUNT,
-    "rollout.group_size": COUNT,  # the method-dependent minimum is checked in validate_config
-    "rollout.max_new_tokens": COUNT,
-    "rollout.temperature": Range(0, 10, note="0: greedy"),
-    "rollout.top_p": Range(0, 1, low_open=True),
-    "rollout.generation_batch_size": COUNT,
-    "rollout.vllm_gpu_memory_utilization": Range(0, 1, low_open=True, note="a share of GPU memory"),
-    "rollout.vllm_max_lora_rank": Range(1, 4096),
-    "rollout.vllm_server_timeout": TIMEOUT,
-    "reward.format_penalty": WEIGHT,
-    "reward.step_reward_lambda": WEIGHT,
-    "caution.switch_step": INDEX,
-    "caution.correct_reward": WEIGHT,
-    "caution.process_reward": WEIGHT,
-    "caution.unknown_reward": WEIGHT,
-    "caution.process_f1": SHARE,
-    "rlfh.truth_weight": WEIGHT,
-    "rlfh.info_weight": WEIGHT,
-    "rlfh.truth_correct": WEIGHT,
-    "rlfh.truth_hedged_correct": WEIGHT,
-    "rlfh.truth_vague": WEIGHT,
-    "rlfh.truth_hedged_wrong": WEIGHT,
-    "rlfh.truth_wrong": WEIGHT,
-    "rlfh.info_answer": WEIGHT,
-    "rlfh.info_crucial": WEIGHT,
-    "rlfh.info_relevant": WEIGHT,
-    "rlfh.info_supplementary": WEIGHT,
-    "rlfh.info_useless": WEIGHT,
-    "rlfh.correct_threshold": SHARE,
-    "rlfh.wrong_threshold": SHARE,
-    "rlfh.crucial_overlap": SHARE,
-    "rlfh.reward_clip": Range(0, 1e6, low_open=True, note="token rewards are clipped to [-reward_clip, reward_clip]"),
-    "rlfh.outcome_weight": WEIGHT,
-    "klcf.checklist_samples": COUNT,
-    "klcf.checklist_threshold": SHARE,
-    "klcf.dedup_overlap": SHARE,
-    "klcf.match_threshold": SHARE,
-    "klcf.recall_weight": WEIGHT,
-    "klcf.precision_weight": WEIGHT,
-    "klcf.reward_model_weight": WEIGHT,
-    "klcf.outcome_weight": WEIGHT,
-    "detail.weight": NONNEGATIVE,
-    "detail.cap": COUNT,
-    "detail.duplicate_threshold": SHARE,
-    "detail.precision_weight": NONNEGATIVE,
-    "detail.relevance_weight": WEIGHT,
-    "filter.samples": COUNT,
-    "filter.top": COUNT,
-    "verifier.threshold": SHARE,
-    "verifier.batch_size": COUNT,
-    "verifier.max_evidence_tokens": COUNT,
-    "verifier.request_timeout": TIMEOUT,
-    "train.steps": COUNT,
-    "train.prompts_per_step": COUNT,
-    "train.learning_rate": Range(0, 1, low_open=True),
-    "train.weight_decay": Range(0, 10),
-    "train.beta": NONNEGATIVE,
-    "train.epsilon_low": Range(0, 1, high_open=True,
-                               note="the ratio's lower clip 1 - epsilon_low must stay above 0"),
-    "train.epsilon_high": Range(0, 10, note="0.2 in GRPO, 0.28 in DAPO"),
-    "train.ppo_epochs": Range(1, 1000),
-    "train.micro_batch_size": COUNT,
-    "train.max_grad_norm": Range(0, 1e6, low_open=True, note="a negative one would reverse the update"),
-    "train.seed": SEED,
-    "train.save_every": Range(0, 10**9, note="0: only at the end"),
-    "train.max_bad_steps": Range(1, 10**9, note="consecutive non-finite steps tolerated before the run stops"),
-    "train.entropy_coef": NONNEGATIVE,
-    "evaluation.limit": COUNT,
-    "evaluation.samples": Range(1, 10_000),
-    "evaluation.temperature": Range(0, 10, note="0: greedy"),
-    "evaluation.max_new_tokens": COUNT,
-    "evaluation.batch_size": COUNT,
-    "evaluation.seed": SEED,
-}
-"""The valid range of every numeric config key (tests/test_hostile_inputs.py checks that each one is listed)."""
+RANGE, WORDS = "range", "words"
+"""The field metadata that says what a config key accepts: its Range (numeric keys) or its words (string keys)."""
+_FIRST = object()
 
-CHOICES: dict[str, tuple[str, ...]] = {
-    "model.dtype": ("float32", "bfloat16", "float16"),
-    "model.backend": ("transformers", "unsloth"),
-    "rollout.engine": ("transformers", "vllm", "vllm-server"),
-    "speed.mode": ("auto", "off"),
-    "speed.sampler_dtype": ("policy", "bfloat16"),
-    "rollout.draw": ("multinomial", "exponential_race"),
-    "reward.answer_metric": ("auto", "f1", "em"),
-    "reward.claim_extractor": ("rules", "llm"),
-    "caution.variant": ("both", "fact", "caution", "fact_then_caution"),
-    "rlfh.granularity": ("token", "sentence", "paragraph"),
-    "train.loss_aggregation": LOSS_AGGREGATIONS,
-    "evaluation.judge": ("similarity", "overlap", "llm"),
-    "detail.relevance_judge": ("llm",),
-}
-"""The words a string key accepts (the modules that read them hold the same tuples; tests/test_hostile_inputs.py
-compares). The names of reward.method and verifier.name are REWARD_SOURCES and VERIFIER_NAMES below; benchmark
-names are checked by the evaluation, before any model loads."""
+
+def ranged(default: Any, bounds: Range) -> Any:
+    """A numeric config field: its default and its valid range, written where the field is (fspo_lite/config.py),
+    the one place the range is stated."""
+    return dataclasses.field(default=default, metadata={RANGE: bounds})
+
+
+def one_of(*words: str, default: Any = _FIRST) -> Any:
+    """A string config field that accepts these words: the first is its default unless `default` is given (None
+    where the key allows null), written where the field is, the one place the words are stated."""
+    return dataclasses.field(default=words[0] if default is _FIRST else default, metadata={WORDS: tuple(words)})
+
+
+def key_table(schema: type, kind: str) -> dict[str, Any]:
+    """Every key of a config class (`fspo_lite.config.Config`) whose field says what it accepts -> that (its Range
+    for kind=RANGE, its words for kind=WORDS), in the schema's order."""
+    return {key: metadata[kind] for key, _, metadata in _schema_fields(schema) if kind in metadata}
+
 
 REWARD_SOURCES: dict[str, bool] = {"grpo": True, "caution": True, "rlfh": False, "klcf": True, "random": False,
                                    "format": False, "binary": True, "ternary": True}
@@ -200,18 +121,25 @@ compares)."""
 _DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
+@functools.cache
+def _schema_fields(schema: type) -> tuple[tuple[str, Any, Any], ...]:
+    """Every key of a config class -> (its resolved annotation, its field's metadata), read once per class."""
+    sections = typing.get_type_hints(schema)
+    return tuple((f"{section.name}.{field.name}", annotation, field.metadata) for section in dataclasses.fields(schema)
+                 for field, annotation in zip(dataclasses.fields(sections[section.name]),
+                                              field_types(sections[section.name]).values()))
+
+
 def numeric_keys(schema: type) -> dict[str, tuple[bool, bool]]:
     """Every numeric key of a config class (`fspo_lite.config.Config`) -> (integer, nullable), read off its
     dataclasses."""
     keys = {}
-    sections = typing.get_type_hints(schema)
-    for section in dataclasses.fields(schema):
-        for name, annotation in field_types(sections[section.name]).items():
-            args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
-                else (annotation,)
-            numeric = [a for a in args if a in (int, float)]
-            if numeric:
-                keys[f"{section.name}.{name}"] = (numeric[0] is int, type(None) in args)
+    for key, annotation, _ in _schema_fields(schema):
+        args = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, types.UnionType) \
+            else (annotation,)
+        numeric = [a for a in args if a in (int, float)]
+        if numeric:
+            keys[key] = (numeric[0] is int, type(None) in args)
     return keys
 
 
@@ -224,6 +152,11 @@ def _finite(value: Any) -> bool:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return isinstance(value, int) or math.isfinite(value)  # an int of any size is finite (isfinite would overflow)
+
+
+def _allows_null(schema: type, key: str) -> bool:
+    return any(name == key and type(None) in typing.get_args(annotation)
+               for name, annotation, _ in _schema_fields(schema))
 
 
 def _value(config: Any, key: str) -> Any:
@@ -276,20 +209,23 @@ def check_names(config: Any) -> None:
 
 def validate_config(config: Any) -> None:
     """Range checks on every value a run depends on (ConfigError naming the key, the value and the valid range):
-    each numeric key against NUMBER_RANGES (non-finite values never pass), each word against CHOICES, and the
-    rules that tie keys together, then the names of reward.method and verifier.name (`check_names`). load_config and Config(...) call
-    it; so do the trainer and the evaluation, for configs changed in code. Types are already checked by the loader."""
-    for key, (integer, nullable) in numeric_keys(type(config)).items():
+    each numeric key against the range its field gives (`ranged`; non-finite values never pass), each word key
+    against its field's words (`one_of`), and the rules that tie keys together, then the names of reward.method and
+    verifier.name (`check_names`). load_config and Config(...) call it; so do the trainer and the evaluation, for
+    configs changed in code. Types are already checked by the loader."""
+    schema = type(config)
+    ranges = key_table(schema, RANGE)
+    for key, (integer, nullable) in numeric_keys(schema).items():
         value = _value(config, key)
         if value is None and nullable:
             continue
-        bounds = NUMBER_RANGES[key]
+        bounds = ranges[key]
         _check(bounds.holds(value) and (not integer or isinstance(value, int)), key, value,
                bounds.describe(integer, nullable))
-    for key, choices in CHOICES.items():
-        value = _value(config, key)
-        _check(value in choices or (value is None and key == "detail.relevance_judge"), key, value,
-               " | ".join(choices) + (" | null" if key == "detail.relevance_judge" else ""))
+    for key, choices in key_table(schema, WORDS).items():
+        value, nullable = _value(config, key), _allows_null(schema, key)
+        _check(value in choices or (value is None and nullable), key, value,
+               " | ".join(choices) + (" | null" if nullable else ""))
     _check(isinstance(config.verifier.device, str) and bool(_DEVICE.match(config.verifier.device)), "verifier.device",
            config.verifier.device, "auto | cpu | mps | cuda | cuda:N")
     minimum_group = 1 if split_method(config.reward.method)[0] == ("rlfh",) else 2  # token rewards need no group

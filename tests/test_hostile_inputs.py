@@ -213,9 +213,10 @@ def test_word_choices_match_the_modules_that_read_them():
     from fspo_lite.scoring.methods.rlfh import GRANULARITIES
     from fspo_lite.models.policy import BACKENDS
 
-    assert CHOICES["rollout.engine"] == ROLLOUT_ENGINES and CHOICES["evaluation.judge"] == JUDGES
-    assert CHOICES["caution.variant"] == VARIANTS and CHOICES["rlfh.granularity"] == GRANULARITIES
-    assert CHOICES["model.backend"] == BACKENDS
+    # the modules read the config's one table (tests/test_config_tables.py: no word list is written twice)
+    assert CHOICES["rollout.engine"] is ROLLOUT_ENGINES and CHOICES["evaluation.judge"] is JUDGES
+    assert CHOICES["caution.variant"] is VARIANTS and CHOICES["rlfh.granularity"] is GRANULARITIES
+    assert CHOICES["model.backend"] is BACKENDS
 
 
 # ---------------------------------------------------------------- commands: before any model loads

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from fspo_lite.config import Config, numeric_keys
-from fspo_lite.config_checks import CHOICES, COUNT, INDEX, NUMBER_RANGES, SEED, ConfigError, Range, shown
+from fspo_lite.config import CHOICES, NUMBER_RANGES, Config, numeric_keys
+from fspo_lite.config_checks import COUNT, INDEX, SEED, ConfigError, Range, shown
 from fspo_lite.config_load import apply_overrides
 from fspo_lite.evaluation.benchmarks import BENCHMARKS
 from fspo_lite.scoring.methods import REWARD_METHODS

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fspo_lite.config import CHOICES as CONFIG_CHOICES
 from fspo_lite.config import Config
 from fspo_lite.config_load import apply_overrides
 from fspo_lite.data.examples import DATA_DIR, QAExample
@@ -61,9 +62,11 @@ KNOBS: dict[str, tuple[float, float, float]] = {
 DETAIL_COLUMNS = ("category", "vetoed", "recall", "precision", "supported_distinct", "detail_bonus")
 """Per-response details shown in the table and the HTML when the method (or the detail term) sets them."""
 CHOICES: dict[str, tuple[str, ...]] = {
-    "caution.variant": ("both", "fact", "caution"),
-    "rlfh.granularity": ("token", "sentence", "paragraph"),
+    "caution.variant": tuple(v for v in CONFIG_CHOICES["caution.variant"] if v != "fact_then_caution"),
+    "rlfh.granularity": CONFIG_CHOICES["rlfh.granularity"],
 }
+"""The word settings offered as dropdowns: the config's words (fspo_lite.config.CHOICES), less fact_then_caution,
+a schedule over training steps whose two phases are the fact and caution tables already offered."""
 
 
 @dataclass

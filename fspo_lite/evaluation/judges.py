@@ -23,7 +23,10 @@ import re
 from collections import Counter
 from typing import Sequence
 
-JUDGES = ("similarity", "overlap", "llm")
+from fspo_lite.config import CHOICES
+
+JUDGES = CHOICES["evaluation.judge"]
+"""The free-form answer judges (evaluation.judge): the config's words, read from its one table."""
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from fspo_lite.config import CHOICES
 from fspo_lite.models.adapter_origin import trained_model_name
 from fspo_lite.models.hub import HubUnavailable, hub_options
 from fspo_lite.models.precision import four_bit_compute_dtype
@@ -143,7 +144,8 @@ def _from_pretrained(cls, source, **kwargs):
         ) from error
 
 
-BACKENDS = ("transformers", "unsloth")
+BACKENDS = CHOICES["model.backend"]
+"""The model loaders (model.backend): the config's words, read from its one table."""
 LARGE_MODEL_PARAMETERS = 1_000_000_000
 """Above this many parameters gradient checkpointing is on unless the config says otherwise."""
 

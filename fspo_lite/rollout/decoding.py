@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from fspo_lite.config import CHOICES
 from fspo_lite.models.logprobs import prompt_positions
 from fspo_lite.rollout.sampling import Sampling
 
@@ -54,8 +55,8 @@ def process_logits(logits: torch.Tensor, temperature: float, top_p: float) -> to
     return scores
 
 
-DRAWS = ("multinomial", "exponential_race")
-"""The ways `draw_tokens` draws (rollout.draw)."""
+DRAWS = CHOICES["rollout.draw"]
+"""The ways `draw_tokens` draws (rollout.draw): the config's words, read from its one table."""
 
 
 def race_tokens(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fspo_lite.config import ModelConfig, RolloutConfig, TrainConfig
+from fspo_lite.config import CHOICES, ModelConfig, RolloutConfig, TrainConfig
 from fspo_lite.models.cuda_stack import check_cuda_stack
 from fspo_lite.rollout.transformers_rollout import TransformersRollout
 from fspo_lite.rollout.vllm_rollout import VLLMRollout, build_llm, check_vllm_engine, require_lora, unsloth_llm
 from fspo_lite.rollout.vllm_server import VLLMServerRollout, require_server_url
 
-ROLLOUT_ENGINES = ("transformers", "vllm", "vllm-server")
+ROLLOUT_ENGINES = CHOICES["rollout.engine"]
+"""The engines (rollout.engine): the config's words, read from its one table."""
 
 
 def check_rollout_engine(rollout: RolloutConfig, model_config: ModelConfig, train: TrainConfig) -> None:

@@ -145,7 +145,8 @@ class TransformersRollout(Engine):
         return drawn if self.with_logprobs else (drawn, None)
 
     def generated(self, model, sampling: Sampling, pad_id: int, encoded) -> tuple[torch.Tensor, None]:
-        """A batch's new tokens from `model.generate`."""
+        """A batch's new tokens from `model.generate`; `encoded`: the model inputs it is called with (the tokenized
+        batch)."""
         if self.with_logprobs:
             raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from its "
                              "decoding loop only, which these generate arguments or this generation config do not "

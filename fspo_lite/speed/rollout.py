@@ -107,19 +107,10 @@ class FastTransformersRollout(TransformersRollout):
         return drawn if self.with_logprobs else (drawn, None)
 
     def generated_on(self, model, sampling: Sampling, pad_id: int, encoded, cache) -> tuple[torch.Tensor, None]:
-        """`generated` (the reference's `model.generate` call) continuing from a prefilled past_key_values."""
-        if cache is None:
-            return self.generated(model, sampling, pad_id, encoded)
-        if self.with_logprobs:
-            raise ValueError("rollout.use_sampler_logprobs: the transformers engine returns log-probs from its "
-                             "decoding loop only, which these generate arguments or this generation config do not "
-                             f"allow ({sorted(self.generate_kwargs)})")
-        drawn = dict(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=0) \
-            if sampling.do_sample else dict(do_sample=False, temperature=None, top_p=None, top_k=None)
-        output = model.generate(**encoded, max_new_tokens=sampling.max_new_tokens, eos_token_id=list(sampling.eos_ids),
-                                pad_token_id=pad_id, use_cache=True, past_key_values=cache, **drawn,
-                                **self.generate_kwargs)
-        return output[:, encoded["input_ids"].shape[1]:], None
+        """`generated` (the reference's `model.generate` call) continuing from a prefilled past_key_values: the cache
+        goes in with the batch's other model inputs."""
+        inputs = encoded if cache is None else {**encoded, "past_key_values": cache}
+        return self.generated(model, sampling, pad_id, inputs)
 
     def _prefilled(self, model, encoded) -> dict:
         """`past_key_values` holding all but the last prompt token (the decoding loop or generate then feeds the last

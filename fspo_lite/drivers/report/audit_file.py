@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fspo_lite.config_checks import INDEX
 from fspo_lite.evaluation.result_files import ResultFileError, number_problem, read_json_file, refuse
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -17,7 +18,8 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10**9
+    """A whole number from 0 to 10^9 (the input checks' INDEX)."""
+    return isinstance(value, int) and not isinstance(value, bool) and INDEX.holds(value)
 
 
 def read_audit(path: str | Path) -> dict:

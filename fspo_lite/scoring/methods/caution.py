@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from fspo_lite.config import CHOICES
 from fspo_lite.text import normalize_answer
 
 CORRECT, PROCESS, UNKNOWN, WRONG, MALFORMED = "correct", "process", "unknown", "wrong", "malformed"
 CATEGORIES = (CORRECT, PROCESS, UNKNOWN, WRONG, MALFORMED)
-VARIANTS = ("both", "fact", "caution", "fact_then_caution")
+VARIANTS = CHOICES["caution.variant"]
+"""The reward variants (caution.variant): the config's words, read from its one table."""
 
 
 def contains_answer(text: str | None, answers: Sequence[str]) -> bool:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from fspo_lite.config import CHOICES
 from fspo_lite.scoring.align import char_to_token_index
 from fspo_lite.scoring.claims import ClaimExtractor, content_words
 from fspo_lite.scoring.methods.caution import contains_answer
@@ -26,7 +27,8 @@ from fspo_lite.scoring.methods.statements import Statement, extract_statements
 from fspo_lite.scoring.verifiers import Verifier
 
 CORRECT, HEDGED_CORRECT, VAGUE, HEDGED_WRONG, WRONG = "Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"
-GRANULARITIES = ("token", "sentence", "paragraph")
+GRANULARITIES = CHOICES["rlfh.granularity"]
+"""Where the rewards land (rlfh.granularity): the config's words, read from its one table."""
 INFO_FLOOR = -0.9
 
 

@@ -26,6 +26,7 @@ from fspo_lite.drivers.report.render import (AUDIT_FILE, draw_figures, last_invo
                                              resumed_note, runs_time_sentence, summary_document, verdict,
                                              verdict_markdown)
 from fspo_lite.drivers.report.plain import plain_words
+from fspo_lite.drivers.report.evidence_text import evidence_paragraph
 from fspo_lite.drivers.report.study import format_interval
 from fspo_lite.drivers.report.validity import VALIDITY_FILE, validity_markdown
 from fspo_lite.drivers.report.audit_file import read_audit
@@ -145,6 +146,11 @@ def blocks(root: str | Path = ROOT) -> dict[str, str]:
             "study-table": study_table(study),
             "study-controls": controls_block(study),
             "study-time": study_time(study),
+            "study-evidence": "**What would have to change?** The model must be able to write the supported sentence "
+                              "it is pushed towards (rules registered before the runs: docs/statistics.md). "
+                              + (evidence_paragraph(study["statistics"].get("evidence"))
+                                 or "Its two tests, evidence in the prompt and the bare-name escape closed, are not "
+                                    "in this summary yet (`make study` writes them)."),
             "lite-table": lite_table(lite),
             "lite-verdict": "\n".join(verdict_markdown(verdict(lite))).rstrip(),
             "lite-time": f"Wall time of this run: {wall_time(lite)} (`{lite['job']['command']}`, "

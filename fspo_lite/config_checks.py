@@ -291,11 +291,10 @@ def check_training_settings(config: Any) -> None:
     one line saying what to change, before any model loads. The trainer runs them (fspo_lite.scoring.plan), and so
     do the experiment drivers for every arm before the first one trains."""
     model, train, engine = config.model, config.train, config.rollout.engine
-    if train.fsdp and engine in ("vllm", "vllm-server"):
-        raise ConfigError(f"train.fsdp=true with rollout.engine={engine} is not supported (the vLLM engines load the "
-                          "adapter from a folder, and a sharded model cannot save one): use rollout.engine=transformers "
-                          "with train.fsdp, or vLLM with train.fsdp=false (one process, or data parallel under "
-                          "accelerate launch)")
+    if train.fsdp and engine == "vllm":
+        raise ConfigError("train.fsdp=true with rollout.engine=vllm (one vLLM engine inside each sharded training "
+                          "process) is not supported: use rollout.engine=vllm-server (one GPU serves, the others train "
+                          "with FSDP; docs/gpu.md), or rollout.engine=vllm with train.fsdp=false")
     if model.dtype == "float16" and not model.lora:
         raise ConfigError("model.dtype=float16 with model.lora=false would train float16 weights, whose small "
                           "updates round away: set model.lora=true (the adapter stays in float32) or "

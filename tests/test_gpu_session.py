@@ -82,7 +82,7 @@ def test_a_session_line_from_a_childs_record_or_the_parents_error():
 
 
 def test_item_limits_fit_the_budget_with_the_most_used_paths_first():
-    assert sum(session.TIMEOUT_S.values()) <= session.parse_args([]).budget == 540
+    assert sum(session.TIMEOUT_S.values()) <= session.parse_args([]).budget == 630
     assert list(session.ITEMS[:3]) == ["t4_shaped", "freshness_sleep", "in_turn"] and set(session.NEEDS) == set(
         session.ITEMS)
 

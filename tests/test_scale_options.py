@@ -73,20 +73,21 @@ def test_lite_set_takes_notebook_parameters_and_config_keys(monkeypatch, tmp_pat
     assert main(["lite", "--profile", "quick", "--set", "train.no_such_key=1"]) == 1  # one-line error, no run
 
 
-@pytest.mark.parametrize("engine", ["vllm", "vllm-server"])
-def test_fsdp_with_a_vllm_engine_is_refused_in_one_line_before_any_model_loads(tmp_path, engine, no_model_loads):
-    """A sharded model cannot save the adapter folder both vLLM engines load, so the combination is refused with
-    what to use instead; the transformers engine with FSDP and vLLM without it pass the check."""
+def test_fsdp_with_the_colocated_vllm_engine_is_refused_naming_the_server_engine(tmp_path, no_model_loads):
+    """One vLLM engine inside each sharded training process is refused before any model loads, the line naming
+    rollout.engine=vllm-server as the way; the server engine with FSDP (fspo_lite/rollout/server_sync.py), the
+    transformers engine with FSDP and the colocated engine without it pass the check."""
     from fspo_lite.config import ConfigError, check_training_settings, load_config
     from fspo_lite.update.trainer import Trainer
 
-    server = ["rollout.vllm_server_url=http://127.0.0.1:8000"] if engine == "vllm-server" else []
     config = load_config("configs/tiny.yaml", [f"train.output_dir={tmp_path}", "train.fsdp=true",
-                                               f"rollout.engine={engine}", *server])
+                                               "rollout.engine=vllm"])
     with pytest.raises(ConfigError) as refused:
         Trainer(config, progress=False)
     line = str(refused.value)
-    assert "\n" not in line and line.startswith(f"train.fsdp=true with rollout.engine={engine} is not supported")
-    assert "use rollout.engine=transformers with train.fsdp, or vLLM with train.fsdp=false" in line
+    assert "\n" not in line and line.startswith("train.fsdp=true with rollout.engine=vllm ")
+    assert "use rollout.engine=vllm-server" in line
+    server = ["rollout.engine=vllm-server", "rollout.vllm_server_url=http://127.0.0.1:8000"]
+    check_training_settings(load_config("configs/tiny.yaml", ["train.fsdp=true", *server]))
     check_training_settings(load_config("configs/tiny.yaml", ["train.fsdp=true"]))
-    check_training_settings(load_config("configs/tiny.yaml", [f"rollout.engine={engine}", *server]))
+    check_training_settings(load_config("configs/tiny.yaml", ["rollout.engine=vllm"]))

@@ -1,8 +1,8 @@
 """The rollout-engine factory: the rollout section's `engine` -> a sampler with `generate(...) -> Rollout`.
 
 It sits above the engine modules (`fspo_lite.rollout.transformers_rollout`, `fspo_lite.rollout.vllm_rollout`,
-`fspo_lite.rollout.vllm_server`), which take sections and records (`fspo_lite.rollout.sampling.Engine`), never the
-whole config. `vllm` itself is imported only for rollout.engine=vllm (the `gpu` extra on a CUDA GPU,
+`fspo_lite.rollout.vllm_server`, `fspo_lite.rollout.server_sync` for the server engine under train.fsdp), which take
+sections and records (`fspo_lite.rollout.sampling.Engine`), never the whole config. `vllm` itself is imported only for rollout.engine=vllm (the `gpu` extra on a CUDA GPU,
 `make setup-vllm` for vLLM's CPU build).
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from fspo_lite.config import CHOICES, ModelConfig, RolloutConfig, TrainConfig
 from fspo_lite.models.cuda_stack import check_cuda_stack
+from fspo_lite.rollout.server_sync import ShardedServerRollout
 from fspo_lite.rollout.transformers_rollout import TransformersRollout
 from fspo_lite.rollout.vllm_rollout import VLLMRollout, build_llm, check_vllm_engine, require_lora, unsloth_llm
 from fspo_lite.rollout.vllm_server import VLLMServerRollout, require_server_url
@@ -64,8 +65,11 @@ def build_rollout_engine(model, tokenizer, rollout: RolloutConfig, model_config:
     if engine == "vllm-server":
         require_lora(rollout, model_config, train, "vllm-server")
         require_server_url(rollout)
-        root = Path(train.output_dir).resolve() / "rollout_adapters" / f"rank{dist.rank}"
-        engine = VLLMServerRollout(model, tokenizer, rollout, max_prompt_tokens, root, dist.device)
+        if dist.shards_weights:  # rank 0 publishes the gathered adapter, every rank samples (server_sync)
+            engine = ShardedServerRollout(model, tokenizer, rollout, max_prompt_tokens, train.output_dir, dist)
+        else:
+            root = Path(train.output_dir).resolve() / "rollout_adapters" / f"rank{dist.rank}"
+            engine = VLLMServerRollout(model, tokenizer, rollout, max_prompt_tokens, root, dist.device)
         engine.probe_logprobs_mode()  # a server without --logprobs-mode processed_logprobs refused before any step
         return engine
     raise ValueError(f"unknown rollout.engine {engine!r}; choose one of {', '.join(ROLLOUT_ENGINES)}")

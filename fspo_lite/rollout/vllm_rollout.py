@@ -137,12 +137,18 @@ def adapter_name(run_id: str, version: int) -> str:
     return f"policy-{run_id}-v{version}"
 
 
+WRITING = ".writing-"
+"""The prefix of the hidden folder an adapter version is written into before it is renamed into place."""
+
+
 class AdapterVersions:
     """Saves the policy's current LoRA adapter as a new version: folder <root>/<run id>-v<id>, id 1, 2, 3...
 
     A new id for every version is what makes vLLM load the new weights: it caches adapters by
     id. A new name per version and per run (`adapter_name`) is what a vLLM server needs. Only the
-    newest folder is kept on disk.
+    newest folder is kept on disk. A version is written into a hidden `.writing-` folder and renamed
+    into place once whole, so an engine or server never finds a half-written adapter under a
+    version's name (a run killed while writing leaves the hidden folder, removed by the next save).
     """
 
     def __init__(self, root: str | Path | None = None, run_id: str | None = None):
@@ -153,12 +159,21 @@ class AdapterVersions:
     def folder(self, version: int) -> Path:
         return self.root / f"{self.run_id}-v{version}"
 
-    def save(self, model) -> tuple[str, int, str]:
-        """(name, id, path) of the adapter as it is now."""
+    def save(self, model, state_dict: dict | None = None) -> tuple[str, int, str]:
+        """(name, id, path) of the adapter as it is now; `state_dict`: its weights when they were gathered from
+        ranks that shard them (None: the model's own)."""
         previous = self.folder(self.version)
         self.version += 1
         path = self.folder(self.version)
-        model.save_pretrained(str(path), safe_serialization=True)
+        for leftover in self.root.glob(f"{WRITING}*"):  # a version a killed run was writing
+            shutil.rmtree(leftover, ignore_errors=True)
+        staging = self.root / f"{WRITING}{path.name}"
+        try:
+            model.save_pretrained(str(staging), safe_serialization=True, state_dict=state_dict)
+            os.rename(staging, path)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         if previous.exists():
             shutil.rmtree(previous)
         return adapter_name(self.run_id, self.version), self.version, str(path)

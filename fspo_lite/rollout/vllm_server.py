@@ -147,9 +147,13 @@ class VLLMServerRollout(Engine):
         self.vocab_size = vocabulary_size(policy, tokenizer)
 
     def _publish_adapter(self) -> str:
-        """Save the adapter as a new version, register it with the server, drop the previous one (and, on the first
-        call, those an earlier killed run of this output folder left loaded)."""
+        """Save the adapter as a new version and register it (`register_adapter`); returns its served name."""
         name, _, path = self.adapters.save(self.model)
+        return self.register_adapter(name, path)
+
+    def register_adapter(self, name: str, path: str) -> str:
+        """Register the adapter folder `path` with the server as `name`, drop the previous one (and, on the first
+        call, those an earlier killed run of this output folder left loaded); returns `name`."""
         try:
             post_json(f"{self.url}/v1/load_lora_adapter", {"lora_name": name, "lora_path": path}, self.timeout)
         except RuntimeError as error:

@@ -189,6 +189,14 @@ class FSDPDistributed:
 
         dist.barrier()
 
+    def broadcast_object(self, value):
+        """Rank 0's `value` (any picklable object) on every rank; collective, so also a barrier."""
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     # ---- sharded checkpoints ----------------------------------------------------------
     def save_sharded(self, folder: Path, model, optimizer) -> Path:
         """Every rank writes its shards of the model and optimizer state (torch.distributed.checkpoint) and its

@@ -282,6 +282,7 @@ class EvalConfig:
     sources: dict[str, str] = field(default_factory=dict)  # per-benchmark data, e.g. {truthfulqa_mc: file.jsonl}
     output_dir: str = "runs/eval"  # where summary.json, table.csv and records.jsonl are written
     extra_step_verifiers: list[str] = field(default_factory=list)  # more judges of the reasoning, reported apart
+    evidence_in_prompt: bool | None = None  # null: as data.evidence_in_prompt; true/false: held-out prompts show/hide it
 
 
 @dataclass

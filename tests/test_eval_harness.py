@@ -59,7 +59,7 @@ class _ScriptedContext:
     def __init__(self, replies, samples=1, extra=()):
         self.config = Config()
         self.config.evaluation.samples = samples
-        self.ev = self.config.evaluation
+        self.ev, self.data = self.config.evaluation, self.config.data
         self.tokenizer = SimpleNamespace(chat_template=None)
         self.replies = list(replies)
         self.extra = list(extra)
@@ -325,3 +325,23 @@ def test_shuffled_subsets_keep_file_row_ids(tmp_path):
     assert all(item.id == f"halueval-{item.question[1:]}" for item in picked)  # the id names the file row
     assert all(item.candidate == f"c{item.question[1:]}" for item in picked)
     assert [i.id for i in load_items("halueval", str(path), limit=3)] == ["halueval-0", "halueval-1", "halueval-2"]
+
+
+@pytest.mark.parametrize("data_shows, evaluation_shows, expected", [
+    (False, None, False), (True, None, True), (False, True, True), (True, False, False)])
+def test_held_out_prompts_show_the_evidence_as_evaluation_says_else_as_training(tmp_path, tiny_policy, data_shows,
+                                                                                evaluation_shows, expected):
+    """evaluation.evidence_in_prompt: null keeps training's prompts (data.evidence_in_prompt); true/false overrides
+    them for the held-out questions only, e.g. a closed-book adapter asked with the evidence shown."""
+    config = load_config(TINY, {"data.evidence_in_prompt": data_shows, "evaluation.evidence_in_prompt": evaluation_shows,
+                                "evaluation.benchmarks": "kbqa", "evaluation.limit": 2, "evaluation.max_new_tokens": 2,
+                                "evaluation.step_verifier": "lexical", "evaluation.output_dir": str(tmp_path)})
+    records = evaluate(config, *tiny_policy, progress=False).records
+    evidence = {e.id: e.evidence for e in load_items("kbqa", config.data.eval, 2, 0, False)}
+    assert len(records) == 2 and all(evidence[r["id"]] for r in records)
+    assert all((evidence[r["id"]] in r["prompt"]) == expected for r in records)
+
+
+def test_evidence_in_prompt_of_the_evaluation_refuses_what_is_not_a_switch():
+    with pytest.raises(Exception, match="evaluation.evidence_in_prompt"):
+        load_config(TINY, {"evaluation.evidence_in_prompt": "sometimes"})

@@ -127,7 +127,7 @@ class _Scripted:
     def __init__(self, replies):
         self.config = Config()
         self.config.evaluation.samples = 1
-        self.ev = self.config.evaluation
+        self.ev, self.data = self.config.evaluation, self.config.data
         self.tokenizer = SimpleNamespace(chat_template=None)
         self.replies = list(replies)
 

@@ -67,6 +67,8 @@ class _Context:
         from fspo_lite.speed import transformers_engine
 
         self.config, self.ev, self.model, self.tokenizer, self.progress = config, config.evaluation, model, tokenizer, progress
+        shown = self.ev.evidence_in_prompt  # null: the held-out prompts are built as training's (data section) were
+        self.data = config.data if shown is None else dataclasses.replace(config.data, evidence_in_prompt=shown)
         # the evaluation's own length, temperature and batch size with the rollout section's top_p and token draw;
         # the speed switches keep their defaults whatever the speed section says, but speed.mode=off gives the
         # reference engine
@@ -76,9 +78,7 @@ class _Context:
         self.engine = transformers_engine(model, tokenizer, sampling, config.data.max_prompt_tokens, progress=progress,
                                           speed=SpeedConfig(mode=config.speed.mode))
         self._verifier, self._extra_verifiers, self._judges = None, None, {}
-        self.tokens = 0
-        self.last_token_counts: list[int] = []
-        """Generated tokens of each text of the last `generate` call (its order)."""
+        self.tokens, self.last_token_counts = 0, []  # generated tokens: in all; of each text of the last `generate`
 
     def generate(self, prompts: list[str], max_new_tokens: int | None = None, samples: int | None = None) -> list[str]:
         """k completions per prompt, in prompt order (row i * k + j is sample j of prompt i). Prompts are
@@ -147,8 +147,8 @@ def run_short_qa(ctx: _Context, name: str, items: list) -> tuple[list[dict], lis
     """SimpleQA-style grades, the k-sample decomposition, EM/F1, the step hallucination rate of every judge
     (evaluation.step_verifier and evaluation.extra_step_verifiers) and per-response sentence counts."""
     config, k = ctx.config, ctx.ev.samples
-    prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
-    texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]
+    prompts = [prompt_text(ctx.tokenizer, e, ctx.data) for e in items]
+    texts = [ctx.data.response_prefix + t for t in ctx.generate(prompts)]
     token_counts = list(ctx.last_token_counts)
     expanded = [e for e in items for _ in range(k)]
     judges = ctx.verifiers()
@@ -205,8 +205,8 @@ def run_math(ctx: _Context, name: str, items: list) -> tuple[list[dict], list[di
     fspo_lite.scoring.grading.grade_response, the function training rewards use (the <answer>/\\boxed content, else the
     last number of the response; compared safely, never evaluated)."""
     config, k = ctx.config, ctx.ev.samples
-    prompts = [prompt_text(ctx.tokenizer, e, config.data) for e in items]
-    texts = [config.data.response_prefix + t for t in ctx.generate(prompts)]
+    prompts = [prompt_text(ctx.tokenizer, e, ctx.data) for e in items]
+    texts = [ctx.data.response_prefix + t for t in ctx.generate(prompts)]
     records, correct = [], []
     for index, text in enumerate(texts):
         example = items[index // k]

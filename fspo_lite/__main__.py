@@ -207,14 +207,13 @@ def cmd_data_prepare(args) -> int:
 
 def cmd_lite(args) -> int:
     from fspo_lite.config import parse_overrides
-    from fspo_lite.drivers.experiment import (check_profile, closing_lines, job_folders, load_profile, output_root,
-                                              override_parameters, run_profile, with_training_overrides)
+    from fspo_lite.drivers.experiment import (check_profile, closing_lines, job_folders, load_profile, only_notebooks,
+                                              output_root, override_parameters, run_profile, with_training_overrides)
 
-    # NB.PARAM=VALUE (NB a notebook's number or name) sets a notebook parameter; KEY=VALUE a config key of the
-    # training runs (notebook 03's `overrides`)
+    # NB.PARAM=VALUE sets a parameter of notebook NB (number or name); KEY=VALUE a config key of the training runs
     notebook_sets = [item for item in args.overrides if item[:2].isdigit()]
     config_sets = [item for item in args.overrides if not item[:2].isdigit()]
-    profile = override_parameters(load_profile(args.profile), notebook_sets)
+    profile = only_notebooks(override_parameters(load_profile(args.profile), notebook_sets), args.only)
     profile = with_training_overrides(profile, parse_overrides(config_sets))
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
     folders = job_folders(profile, args.out)  # the results folder first: written file by file, its lock is shallow
@@ -364,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     lite.add_argument("--data-dir", help="the data folder the profile's local_data benchmarks read their full copies "
                       "from (default: $FSPO_LITE_DATA, else ~/.cache/fspo-lite/data; absent files: the bundled "
                       "samples)")
+    lite.add_argument("--only", type=lambda t: t.split(","), metavar="NB[,NB]", help="run only these notebooks, e.g. 04")
     lite.add_argument("--quiet", action="store_true", help="no papermill progress bars")
     lite.set_defaults(run=cmd_lite)
     commands.add_parser("env", help="python, package versions, the device and the dtype each GPU path will use: "

@@ -97,6 +97,15 @@ def test_profile_mistakes_fail_in_one_line_before_any_notebook_runs(setting, mes
     assert err.count("\n") == 1 and err.startswith("fspo_lite: error: profile quick: ") and message in err
 
 
+def test_only_a_notebook_the_profile_lacks_fails_in_one_line_before_any_notebook_runs(monkeypatch, capsys):
+    import papermill
+
+    monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran")))
+    assert cli.main(["lite", "--profile", "quick", "--only", "04,07"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--only 07: profile quick runs no such notebook" in err
+
+
 def test_a_klcf_arm_needs_its_checklist_file_where_the_notebooks_run(tmp_path, monkeypatch):
     """The check reads klcf.checklist_path as notebook 03 will, from the repository root, whatever the cwd."""
     from fspo_lite.config import ConfigError

@@ -13,7 +13,7 @@ from fspo_lite.update import trainer as trainer_module
 from fspo_lite.__main__ import _portable_argument
 from fspo_lite.data.examples import DATA_DIR, load_examples, portable_spec
 from fspo_lite.config import Config
-from fspo_lite.drivers.experiment import ROOT, load_profile, local_sources, override_parameters
+from fspo_lite.drivers.experiment import ROOT, load_profile, local_sources, only_notebooks, override_parameters
 from fspo_lite.drivers.runs import (changed_settings, evaluate_base, finished_record, run_config, run_key,
                                     source_identity, train_and_evaluate)
 
@@ -224,6 +224,20 @@ def test_profile_parameter_overrides():
     for bad in ("seeds=[0]", "03seeds=1", "99.seeds=[0]", "0.seeds=[0]"):
         with pytest.raises(ValueError, match="profile override"):
             override_parameters(study, [bad])
+
+
+def test_only_some_notebooks_of_a_profile_run_in_its_order():
+    study = load_profile("study")
+    assert only_notebooks(study, None) == only_notebooks(study, []) == study
+    report = only_notebooks(study, ["04"])
+    assert [name for name, _ in report.notebooks] == ["04_results.ipynb"]
+    assert dict(report.notebooks)["04_results.ipynb"] == dict(study.notebooks)["04_results.ipynb"]
+    both = only_notebooks(study, ["04_results.ipynb", "03"])
+    assert [name for name, _ in both.notebooks] == ["03_train_fspo.ipynb", "04_results.ipynb"]
+    assert report.name == study.name and report.local_data == study.local_data  # recorded as the study's own
+    for bad in (["05"], ["04", "4"], [""], ["03_train"]):
+        with pytest.raises(ValueError, match="--only .*runs no such notebook; it runs 01_"):
+            only_notebooks(study, bad)
 
 
 def test_recorded_paths_are_portable(tmp_path):

@@ -133,6 +133,21 @@ def notebook_parameters(name: str) -> dict[str, str]:
     return {key: value["default"] for key, value in papermill.inspect_notebook(str(path)).items()}
 
 
+def only_notebooks(profile: Profile, which: list[str] | None) -> Profile:
+    """The profile with only the notebooks `which` names (a number such as '04', or a file name), in the profile's
+    order: e.g. the report alone over the runs already made (`--only 04`). None or []: every notebook."""
+    if not which:
+        return profile
+    def named(name: str, word: str) -> bool:
+        return word.strip() in (name, name.split("_")[0])
+    unknown = [word for word in which if not any(named(name, word) for name, _ in profile.notebooks)]
+    if unknown:
+        raise ConfigError(f"--only {','.join(unknown)}: profile {profile.name} runs no such notebook; it runs "
+                          f"{', '.join(name for name, _ in profile.notebooks)}")
+    notebooks = [(name, p) for name, p in profile.notebooks if any(named(name, word) for word in which)]
+    return Profile(profile.name, profile.out, notebooks, profile.description, list(profile.local_data))
+
+
 def check_profile(profile: Profile) -> None:
     """ConfigError, in one line, for what would otherwise fail (or be ignored) only once the notebooks run: a
     parameter a notebook does not define (papermill would only warn and run the defaults), a training arm that is

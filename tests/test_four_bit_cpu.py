@@ -67,9 +67,10 @@ def run(tmp_path_factory):
         first = trainer_module.Trainer(config(root / "a"), train_examples=EXAMPLES, progress=False)
         initial_lora, initial_base = lora_state(first.model), base_state(first.model)
         # the 4-bit base itself (a new adapter adds nothing), before training: two steps at learning rate 1e-3 on
-        # rewards made from the sampled ids move the answer wherever those samples push it
+        # rewards made from the sampled ids move the answer wherever those samples push it. Greedy SmolLM2 opens
+        # with the answer ("Paris is the capital of France. ..."), so a few tokens show it; each costs a 4-bit pass
         greedy = first.engine.generate([prompt_text(first.tokenizer, EXAMPLES[0], first.config.data)], 1,
-                                       do_sample=False, max_new_tokens=40)
+                                       do_sample=False, max_new_tokens=12)
         first.output_dir.mkdir(parents=True, exist_ok=True)
         first.train_step()
         first.save()

@@ -218,7 +218,7 @@ def cmd_lite(args) -> int:
     check_profile(profile)  # every notebook parameter, before the lock and before any notebook runs
     folders = job_folders(profile, args.out)  # the results folder first: written file by file, its lock is shallow
     with command_lock(folders, "choose another --out", _command_line(), shallow=folders[:1]), whole_job():
-        summary = run_profile(profile, args.out, progress=not args.quiet, data_dir=args.data_dir)
+        summary = run_profile(profile, args.out, not args.quiet, args.data_dir, command=_command_line())
     print(*closing_lines(profile, output_root(profile, args.out), summary), sep="\n")
     return 0
 

@@ -140,6 +140,10 @@ def test_run_times_are_read_from_each_run_s_files(tmp_path):
                            "(1.0-3.0 min each), evaluation 0.2 h (2.0-4.0 min each); 2.0-7.0 min per model")
     assert text.endswith("The last invocation (`python -m fspo_lite lite --profile study`) trained no run and "
                          "skipped the 2 finished ones: it read the runs and wrote the report, in 13.4 min.")
+    report_only = {"command": "python -m fspo_lite lite --profile study --only 04", "total_seconds": 236.0,
+                   "notebook_seconds": {"04_results.ipynb": 236.0}}  # no run folder was read for its counts
+    assert study_time({**summary, "job": report_only}).endswith(
+        "The last invocation (`python -m fspo_lite lite --profile study --only 04`) ran 04_results.ipynb, in 3.9 min.")
 
 
 def test_the_readme_no_longer_gives_the_last_invocation_as_the_study_s_time():

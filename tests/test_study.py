@@ -268,6 +268,8 @@ def test_results_go_where_notebook_04_writes_them(tmp_path):
     assert summary["job"]["benchmark_data"] == {"halueval": "bundled sample (no data folder)"}
     assert "Benchmark data: halueval: bundled sample" in (folder / "summary.md").read_text()
     assert "benchmark_data" not in record_timings(folder, "lite", {}, 1.0)["job"]
+    typed = "python -m fspo_lite lite --profile study --only 04"
+    assert record_timings(folder, "study", {"04_results.ipynb": 3.0}, 3.0, command=typed)["job"]["command"] == typed
 
 
 # ---- named arms (e.g. FSPO with the detail term) -----------------------------------------------------

@@ -250,7 +250,7 @@ def resolve_parameters(parameters: dict[str, Any], out: Path) -> dict[str, Any]:
 
 
 def run_profile(profile: Profile, out: str | Path | None = None, progress: bool = True,
-                data_dir: str | Path | None = None) -> dict[str, Any]:
+                data_dir: str | Path | None = None, command: str | None = None) -> dict[str, Any]:
     """Execute the profile's notebooks in order (cwd = repository root); returns the summary with timings.
 
     Executed copies go to `<results>/notebooks/` (`results_folder`: `<out>/results` unless notebook 04 is given
@@ -293,7 +293,7 @@ def run_profile(profile: Profile, out: str | Path | None = None, progress: bool 
     runs_dirs = [resolve_parameters(p, out)["runs_dir"] for n, p in profile.notebooks
                  if n == TRAINING_NOTEBOOK and "runs_dir" in p]
     runs = invocation_counts(ROOT / runs_dirs[0]) if runs_dirs else None
-    return record_timings(results_dir, profile.name, timings, total, used, runs)
+    return record_timings(results_dir, profile.name, timings, total, used, runs, command)  # command: as typed
 
 
 def results_folder(profile: Profile, out: Path) -> Path:
@@ -350,13 +350,14 @@ def job_folders(profile: Profile, out: str | Path | None = None) -> list[Path]:
 
 
 def record_timings(results_dir: Path, profile: str, timings: dict[str, float], total: float,
-                   data: dict[str, str] | None = None, runs: dict[str, int] | None = None) -> dict[str, Any]:
+                   data: dict[str, str] | None = None, runs: dict[str, int] | None = None,
+                   command: str | None = None) -> dict[str, Any]:
     """Add the profile, wall times, benchmark data read (local_data) and runs trained, resumed and skipped
     (`invocation_counts`) to notebook 04's summary.json, and render summary.md again."""
     summary_path = results_dir / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     summary["job"] = {"profile": profile, "notebook_seconds": timings, "total_seconds": total,
-                      "command": f"python -m fspo_lite lite --profile {profile}"}
+                      "command": command or f"python -m fspo_lite lite --profile {profile}"}
     if runs is not None:
         summary["job"]["runs"] = runs
     if data:

@@ -277,7 +277,7 @@ def last_invocation_sentence(job: dict) -> str:
     elif runs:
         did = f"trained {trained}, resumed {resumed} from their checkpoints and skipped {skipped} finished runs"
     else:
-        did = "ran the notebooks"
+        did = "ran " + (", ".join(job.get("notebook_seconds") or {}) or "the notebooks")
     return f"The last invocation (`{job.get('command', 'n/a')}`) {did}, in {took}."
 
 

@@ -35,7 +35,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not pypi and not long" --timeout=900
 
 # the end-to-end tests of minutes each (notebook 00 against the Trainer, a signal to the quick profile with two
-# workers, the GPU session's CPU dry run, kill -9 and resume of a 2-process FSDP run): CI runs them after `make test`
+# workers, the GPU session's CPU dry run, kill -9 and resume of a 2-process FSDP run, 2 FSDP ranks beside a fake vLLM
+# server): CI runs them after `make test`
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m "long" --timeout=1800
 

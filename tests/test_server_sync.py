@@ -120,7 +120,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_fsdp_ranks_sample_from_one_fake_server_each_step_under_the_adapter_both_hold(tmp_path):
     """A simulation (fake server, tiny model): torchrun, 2 FSDP ranks, 2 steps through the real CLI. Each step rank 0
     registers one new adapter, and both ranks then send their own prompt under its name, never an older one; the

@@ -71,3 +71,16 @@ def test_notebook_00_trains_a_step_and_draws_the_flip(fresh):
     printed = outputs(text)
     assert "step 1: reward " in printed and "grad norm " in printed and '"output_type": "error"' not in text
     assert '"image/png"' in text  # the advantages before and after the flip
+
+
+def test_each_kernel_gets_its_own_socket_folder():
+    """A kernel's IPC sockets lie in a folder of their own: a client left from an earlier kernel of the same process
+    (ZMQ clients reconnect by themselves) can never attach to a later kernel's sockets of the same name."""
+    from fspo_lite.drivers.notebook_kernel import quiet_kernel_manager
+
+    if os.name != "posix":
+        pytest.skip("IPC sockets are used on POSIX only")
+    manager = quiet_kernel_manager()
+    first, second = manager(kernel_name="python3"), manager(kernel_name="python3")
+    assert first.transport == second.transport == "ipc"
+    assert Path(first.ip).parent != Path(second.ip).parent and Path(first.ip).parent.is_dir()

@@ -25,9 +25,6 @@ def execute_notebook(source: Path, executed: Path, parameters: dict, progress: b
                                    kernel_manager_class=quiet_kernel_manager())
 
 
-_KERNEL_SOCKETS: list[str] = []
-
-
 def quiet_kernel_manager() -> type:
     """The notebooks' kernel manager (jupyter_client's, two changes): on POSIX the kernel talks over IPC sockets in
     a private temporary folder instead of TCP on localhost, unencrypted, which the kernel warned about at every
@@ -43,12 +40,12 @@ def quiet_kernel_manager() -> type:
     class QuietKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):
             super().__init__(**kwargs)
-            if os.name == "posix":
-                if not _KERNEL_SOCKETS:
-                    _KERNEL_SOCKETS.append(tempfile.mkdtemp(prefix="fspo-lite-kernel-"))
-                    atexit.register(shutil.rmtree, _KERNEL_SOCKETS[0], True)
+            if os.name == "posix":  # a folder per kernel: a client left over from an earlier kernel of this
+                # process never reconnects (as ZMQ clients do) to a later kernel's sockets of the same name
+                folder = tempfile.mkdtemp(prefix="fspo-lite-kernel-")
+                atexit.register(shutil.rmtree, folder, True)
                 self.transport = "ipc"
-                self.ip = os.path.join(_KERNEL_SOCKETS[0], "kernel")
+                self.ip = os.path.join(folder, "kernel")
 
         async def _async_launch_kernel(self, kernel_cmd, **kw) -> None:  # its session: kernel and workers
             await super()._async_launch_kernel(kernel_cmd, **kw)

@@ -155,3 +155,18 @@ def _simulate(monkeypatch, name: str, old_torch: bool = False):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported",
                         (lambda: capability >= (8, 0) or emulated) if old_torch else is_bf16_supported)
     return getattr(torch, expected)
+
+
+def kbqa_record(sentences, labels, **fields):
+    """A held-out kbqa record as the harness writes it: the reasoning `sentences` with their character spans in the
+    output, every judge's `labels`, answer 'Paris' graded correct; `fields` replace any key (id, sample, prompt...)."""
+    output = "<think>" + " ".join(sentences) + "</think>\n<answer>Paris</answer>"
+    spans, at = [], 0
+    for text in sentences:
+        start = output.index(text, at)
+        spans.append([start, start + len(text)])
+        at = start + len(text)
+    return {"benchmark": "kbqa", "id": "q0", "sample": 0, "grade": "CORRECT", "f1": 1.0, "format_ok": True,
+            "output": output, "sentence_spans": spans, "gold": ["Paris"], "prompt": "", "response_tokens": 30,
+            "near_duplicate_sentences": 0, "sentence_labels": labels,
+            "sentence_labels_by_judge": {"kb": labels, "embedding": labels, "likelihood": labels}, **fields}

@@ -15,6 +15,7 @@ from fspo_lite.drivers.report.evidence import (copied_count, evidence_cells, evi
                                                run_settings, states_answer, zero_spread)
 from fspo_lite.drivers.report.evidence_readings import h1_answer, seeds_line, strict_answer
 from fspo_lite.evaluation.result_files import ResultFileError
+from conftest import kbqa_record
 
 EVIDENCE = "Paris was founded by the Parisii tribe. Its river is the Seine."
 PROMPT = f"<|im_start|>user\nEvidence:\n{EVIDENCE}\n\nQuestion: What is the capital of France?<|im_end|>\n"
@@ -71,16 +72,7 @@ def test_bare_name_and_cut_at_the_token_limit_by_hand():
 
 
 def _record(sentences, labels, **extra):
-    output = "<think>" + " ".join(sentences) + "</think>\n<answer>Paris</answer>"
-    spans, at = [], 0
-    for text in sentences:
-        start = output.index(text, at)
-        spans.append([start, start + len(text)])
-        at = start + len(text)
-    return {"benchmark": "kbqa", "id": "q0", "sample": 0, "grade": "CORRECT", "f1": 1.0, "format_ok": True,
-            "output": output, "sentence_spans": spans, "gold": ["Paris"], "prompt": PROMPT, "response_tokens": 30,
-            "near_duplicate_sentences": 0, "sentence_labels": labels,
-            "sentence_labels_by_judge": {"kb": labels, "embedding": labels, "likelihood": labels}, **extra}
+    return kbqa_record(sentences, labels, prompt=PROMPT, **extra)
 
 
 def test_one_response_by_hand():

@@ -8,6 +8,7 @@ import pytest
 
 from fspo_lite.drivers.report import Bootstrap, Study, judges_of, load_responses, load_training, metric_cells
 from fspo_lite.drivers.report.evidence_readings import evidence_section
+from conftest import kbqa_record
 
 EVIDENCE = "Paris was founded by the Parisii tribe. Its river is the Seine."
 OPEN = f"<|im_start|>user\nEvidence:\n{EVIDENCE}\n\nQuestion: What is the capital of France?<|im_end|>\n"
@@ -21,16 +22,7 @@ BOOT = {"n_resamples": 50, "seed": 0, "level": 0.95}
 
 
 def _record(question, sample, texts, labels, prompt, tokens):
-    output = "<think>" + " ".join(texts) + "</think>\n<answer>Paris</answer>"
-    spans, at = [], 0
-    for text in texts:
-        start = output.index(text, at)
-        spans.append([start, start + len(text)])
-        at = start + len(text)
-    return {"benchmark": "kbqa", "id": f"q{question}", "sample": sample, "grade": "CORRECT", "f1": 1.0,
-            "format_ok": True, "output": output, "sentence_spans": spans, "gold": ["Paris"], "prompt": prompt,
-            "response_tokens": tokens, "near_duplicate_sentences": 0, "sentence_labels": labels,
-            "sentence_labels_by_judge": {j: labels for j in ("embedding", "likelihood", "kb")}}
+    return kbqa_record(texts, labels, id=f"q{question}", sample=sample, prompt=prompt, response_tokens=tokens)
 
 
 def write_run(root, method, seed, responses, open_book=False, tokens=30, zero_std=0.0):

@@ -161,6 +161,7 @@ def test_a_generation_config_with_other_logits_settings_keeps_generate(tiny):
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a minute of real-model work: make test-long (CI runs it after make test)
 def test_real_model_samples_the_same_tokens():
     """SmolLM2-135M, knowledge-base prompts with the shared prompt start, sampled at the study's temperature."""
     from fspo_lite.config import Config

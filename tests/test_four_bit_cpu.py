@@ -22,7 +22,7 @@ from fspo_lite.data.examples import QAExample  # noqa: E402
 from fspo_lite.data.prompts import prompt_text  # noqa: E402
 from fspo_lite.logs.training_log import read_metrics  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]  # SmolLM2 in NF4 (half a minute to load): make test-long
 
 EXAMPLES = [QAExample(f"q{i}", question, [answer], f"{answer} is the answer.") for i, (question, answer) in
             enumerate([("What is the capital of France?", "Paris"), ("What is the capital of Japan?", "Tokyo"),

@@ -22,6 +22,7 @@ NOISE = ("Failed to load CPU gemm_4bit_forward", "is_gradient_checkpointing", "F
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.long  # a minute of real-model work: make test-long (CI runs it after make test)
 def test_quick_profile_runs_the_notebook_sequence(tmp_path, capfd):
     assert main(["lite", "--profile", "quick", "--out", str(tmp_path), "--quiet"]) == 0
     printed = capfd.readouterr()

@@ -48,6 +48,7 @@ def outputs(text: str) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.long  # a minute of real-model work: make test-long (CI runs it after make test)
 def test_notebook_04_with_its_defaults_falls_back_to_the_committed_runs(fresh):
     printed = outputs(execute("04_results.ipynb", fresh))
     assert ("runs/lite does not exist yet (notebook 03 makes it): reading the committed study runs in "

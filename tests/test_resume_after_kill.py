@@ -63,6 +63,7 @@ def adapter(output_dir: Path) -> dict:
     return load_file(str(output_dir / "checkpoints" / f"step-{STEPS:06d}" / "model" / "adapter_model.safetensors"))
 
 
+@pytest.mark.long  # a minute of real-model work: make test-long (CI runs it after make test)
 def test_sigkill_after_checkpoint_then_resume_matches_uninterrupted_run(tmp_path):
     data = tmp_path / "questions.jsonl"
     save_examples([QAExample(f"q{i}", f"What is fact number {i}?", [f"answer {i}"], f"Fact {i} is answer {i}.")
@@ -133,6 +134,7 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
         read_metrics(tmp_path)
 
 
+@pytest.mark.long  # a minute of real-model work: make test-long (CI runs it after make test)
 def test_sigkill_before_any_checkpoint_then_resume_logs_each_step_once(tmp_path):
     """Killed in step 4 of 6 with no checkpoint yet (and a torn row on top): the resumed run starts
     over and metrics.jsonl / samples.jsonl hold steps 1..6 once each (they held 1,2,3,1,2,...,6)."""

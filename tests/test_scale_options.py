@@ -61,7 +61,7 @@ def test_lite_set_takes_notebook_parameters_and_config_keys(monkeypatch, tmp_pat
 
     seen = {}
 
-    def fake_run(profile, out=None, progress=True, data_dir=None):
+    def fake_run(profile, out=None, progress=True, data_dir=None, command=None):
         seen["profile"] = profile
         return {"job": {"total_seconds": 1.0}}
 

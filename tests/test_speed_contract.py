@@ -281,6 +281,7 @@ def smollm2():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # a minute of real-model work: make test-long (CI runs it after make test)
 def test_smollm2_both_engines_draw_the_same_tokens_and_both_passes_agree(smollm2):
     model, tokenizer, prompts = smollm2
     reference, fast, reference_work, fast_work = both_rollouts(model, tokenizer, prompts, samples=4,

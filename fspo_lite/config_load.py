@@ -243,6 +243,17 @@ def parse_yaml_file(path: Path) -> Any:
         raise ConfigError(f"{where}: invalid YAML ({problem})") from None
 
 
+def read_config_mapping(path: str | Path) -> dict:
+    """A config.yaml written by a run or checkpoint (`Config.save`), read with `parse_yaml_file`: the mapping, or
+    ConfigError in one line naming the file (unreadable, not YAML, or not a mapping). A missing file is the caller's
+    to judge (defaults for a report, an error for a checkpoint), so it raises FileNotFoundError."""
+    path = Path(path)
+    values = parse_yaml_file(path)
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}:1: not a config (a YAML mapping of sections)")
+    return values
+
+
 def load(schema: type, path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None) -> Any:
     """Load a YAML config of class `schema` (or its defaults when path is None), apply overrides and check every
     value's range (`validate_config`), so a bad value stops the run before any model loads."""

@@ -300,18 +300,16 @@ def check_provenance(path: str | Path, current: dict) -> None:
 
 def checkpoint_config(path: str | Path) -> dict:
     """The config a checkpoint was written with (its config.yaml, covered by the manifest), or CheckpointError."""
-    import yaml
+    from fspo_lite.config_checks import ConfigError
+    from fspo_lite.config_load import read_config_mapping
 
     file = Path(path) / "config.yaml"
     if not file.exists():
         raise CheckpointError(f"checkpoint {path} has no config.yaml, so nothing shows it belongs to this run")
     try:
-        values = yaml.safe_load(file.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise CheckpointError(f"checkpoint {path}: config.yaml is unreadable ({type(error).__name__})") from None
-    if not isinstance(values, dict):
-        raise CheckpointError(f"checkpoint {path}: config.yaml holds no settings")
-    return values
+        return read_config_mapping(file)
+    except (ConfigError, OSError) as error:
+        raise CheckpointError(f"checkpoint {path}: config.yaml holds no readable settings ({error})") from None
 
 
 def _first_mismatch(error: RuntimeError) -> str:

@@ -17,8 +17,8 @@ import hashlib
 import json
 from pathlib import Path
 
-import yaml
-
+from fspo_lite.config_checks import ConfigError
+from fspo_lite.config_load import read_config_mapping
 from fspo_lite.logs.training_log import refuse_link, rows_digest, step_lines
 from fspo_lite.update.checkpoint import (MANIFEST, CheckpointError, check_provenance, latest_checkpoint,
                                          verify_checkpoint)
@@ -101,9 +101,9 @@ def refuse_start_over(output_dir: Path, config, metrics: list[tuple[int, str]]) 
     train = config.train
     steps, every = train.steps, train.save_every
     try:
-        written = yaml.safe_load((output_dir / "config.yaml").read_text(encoding="utf-8"))
+        written = read_config_mapping(output_dir / "config.yaml")
         steps, every = int(written["train"]["steps"]), int(written["train"]["save_every"] or 0)
-    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
+    except (OSError, ValueError, TypeError, KeyError, ConfigError):
         pass
     first = every if 0 < every < steps else steps
     last = max(step for step, _ in metrics)

@@ -23,6 +23,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
+from fspo_lite.config_checks import ConfigError
+from fspo_lite.config_load import read_config_mapping
 from fspo_lite.evaluation.result_files import ResultFileError, read_heldout, read_json_file, read_records
 from fspo_lite.text import (NEAR_DUPLICATE_JACCARD, near_duplicate_count, normalize_answer, sentence_spans,
                             sentence_words, word_jaccard)
@@ -137,17 +139,13 @@ def run_settings(run: Path) -> dict:
     """From a run's config.yaml: max_new_tokens (evaluation.max_new_tokens, None when absent) and evidence_in_prompt
     (data.evidence_in_prompt, False when absent). A file that is not a YAML mapping, or a limit that is not a
     positive whole number, is refused in one line."""
-    import yaml
-
     path = Path(run) / "config.yaml"
     if not path.exists():
         return {"max_new_tokens": None, "evidence_in_prompt": False}
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise ResultFileError(f"{path}: not YAML ({str(error).splitlines()[0]})") from None
-    if not isinstance(config, dict):
-        raise ResultFileError(f"{path}:1: not a run's config (a YAML mapping)")
+        config = read_config_mapping(path)
+    except ConfigError as error:
+        raise ResultFileError(str(error)) from None
     limit = (config.get("evaluation") or {}).get("max_new_tokens") if isinstance(config.get("evaluation"),
                                                                                 dict) else None
     if limit is not None and not (type(limit) is int and limit > 0):

@@ -34,10 +34,10 @@ setup: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not pypi and not long" --timeout=900
 
-# the end-to-end tests of a minute or more each (notebook 00 against the Trainer, the quick profile's notebooks, notebook
-# 04 over the committed runs, a signal to the quick profile with two workers, the GPU session's CPU dry run, kill -9 and
-# resume of one and of 2-process FSDP runs, 2 FSDP ranks beside a fake vLLM server, SmolLM2's engines and 4-bit base):
-# CI runs them after `make test`
+# the end-to-end tests of a minute or more each: notebook 00, and against the Trainer; the quick profile's notebooks;
+# notebook 04 over the committed runs; the study's worker processes; a signal to the quick profile with two workers;
+# the GPU session's CPU dry run; kill -9 and resume of one and of 2-process FSDP runs; FSDP against one process; 2 FSDP
+# ranks beside a fake vLLM server; SmolLM2's two engines and its 4-bit base. CI runs them after `make test`
 test-long: $(STAMP)
 	$(BIN)/python -m pytest -q -m "long" --timeout=1800
 

@@ -77,6 +77,7 @@ def assert_same_step(multi: Path, one: Path, tolerance: float = 1e-5) -> None:
     assert rows(multi)[0]["grad_norm"] == pytest.approx(rows(one)[0]["grad_norm"], rel=0, abs=tolerance)
 
 
+@pytest.mark.long  # several processes for 10-20 s: make test-long (CI runs it after make test)
 def test_fsdp_two_processes_match_one_process_lora_and_full_and_checkpoints_load(tmp_path, single):
     from fspo_lite.data.examples import save_examples
 
@@ -145,8 +146,8 @@ def kill_launch(launcher: subprocess.Popen) -> None:
     psutil.wait_procs(workers, timeout=60)
 
 
-@pytest.mark.long  # three 2-process launches; make test keeps the sharded checkpoint's writing
-# (the launch above) and the single-process kill and resume (tests/test_resume_after_kill.py)
+@pytest.mark.long  # three 2-process launches (every real FSDP launch is in make test-long; make test keeps the
+# 2-process run of tests/test_distributed.py)
 def test_fsdp_kill_in_a_step_then_resume_matches_uninterrupted_run(tmp_path):
     from safetensors.torch import load_file
 
@@ -188,6 +189,7 @@ def test_fsdp_kill_in_a_step_then_resume_matches_uninterrupted_run(tmp_path):
 
 # ---- two machines on loopback ----------------------------------------------------------------
 
+@pytest.mark.long  # several processes for 10-20 s: make test-long (CI runs it after make test)
 def test_two_nodes_of_one_process_on_loopback_match_one_process(tmp_path, single):
     port = free_port()
     nodes = [subprocess.Popen(torchrun("tests/dist_driver.py", str(tmp_path / "multi"), "1", "fspo",

@@ -66,6 +66,7 @@ def test_notebook_05_with_its_defaults(fresh):
 
 
 @pytest.mark.integration
+@pytest.mark.long  # a real SmolLM2 step in a kernel: make test-long (CI runs it after make test)
 def test_notebook_00_trains_a_step_and_draws_the_flip(fresh):
     text = execute("00_fspo_from_scratch.ipynb", fresh,
                    {"steps": 1, "questions_per_step": 1, "G": 2, "max_new_tokens": 16})

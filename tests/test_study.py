@@ -319,6 +319,7 @@ def test_a_named_arm_trains_records_its_name_and_resumes(tmp_path, questions, mo
     assert again["status"] == "skipped"
 
 
+@pytest.mark.long  # several processes for 10-20 s: make test-long (CI runs it after make test)
 def test_runs_in_worker_processes_give_the_same_records_as_runs_in_a_row(tmp_path, questions):
     from fspo_lite.drivers.runs import train_and_evaluate_all
 

@@ -31,9 +31,9 @@ def execute_notebook(source: Path, executed: Path, parameters: dict, progress: b
 def waits_in_slices(channel_class: type) -> type:
     """`channel_class` (jupyter_client's async channel) whose get_msg without a timeout waits POLL_SLICE seconds at a
     time and then asks the socket again, and with one stops at it as before. nbclient sends an Output widget's state
-    on the shell channel while it waits there for the cell's reply (nbclient issue 312, open): in about 1 run in 5 of
-    notebook 05 the reply was in the socket but the wait never woke (the kernel idle, its last cell run), so the
-    notebook hung until the test's timeout. Asking again each second finds a message the wake-up missed."""
+    on the shell channel while it waits there for the cell's reply (nbclient issue 312, open): now and then the
+    reply was in the socket but the wait never woke (the kernel idle, its last cell run), and notebook 05 hung until
+    the test's timeout. Asking again each second finds a message the wake-up missed."""
     from queue import Empty
     from time import monotonic
 
@@ -67,9 +67,11 @@ def quiet_kernel_manager() -> type:
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import Type
 
+    sliced = waits_in_slices(AsyncZMQSocketChannel)
+
     class SlicedKernelClient(AsyncKernelClient):
-        shell_channel_class = Type(waits_in_slices(AsyncZMQSocketChannel))
-        iopub_channel_class = Type(waits_in_slices(AsyncZMQSocketChannel))
+        shell_channel_class = Type(sliced)
+        iopub_channel_class = Type(sliced)
 
     class QuietKernelManager(AsyncKernelManager):
         def __init__(self, **kwargs):

@@ -11,8 +11,8 @@ import pytest
 
 from fspo_lite import stats
 from fspo_lite.drivers.report.evidence import (copied_count, evidence_cells, evidence_sentences, gold_aliases,
-                                               is_bare, is_cut, padding_count, read_preflight, response_quantities,
-                                               run_settings, states_answer, zero_spread)
+                                               is_bare, is_cut, other_prompt_arms, padding_count, read_preflight,
+                                               response_quantities, run_settings, states_answer, zero_spread)
 from fspo_lite.drivers.report.evidence_readings import h1_answer, seeds_line, strict_answer
 from fspo_lite.evaluation.result_files import ResultFileError
 from conftest import kbqa_record
@@ -128,16 +128,45 @@ def test_zero_spread_pooled_and_per_arm():
 
 
 def test_run_settings_and_their_hostile_forms(tmp_path):
-    assert run_settings(tmp_path) == {"max_new_tokens": None, "evidence_in_prompt": False}
+    closed = {"max_new_tokens": None, "evidence_in_prompt": False, "heldout_evidence": False}
+    assert run_settings(tmp_path) == closed
     (tmp_path / "config.yaml").write_text("data:\n  evidence_in_prompt: true\nevaluation:\n  max_new_tokens: 64\n")
-    assert run_settings(tmp_path) == {"max_new_tokens": 64, "evidence_in_prompt": True}
+    assert run_settings(tmp_path) == {"max_new_tokens": 64, "evidence_in_prompt": True, "heldout_evidence": True}
+    # the held-out prompt follows training's unless evaluation.evidence_in_prompt says otherwise
+    (tmp_path / "config.yaml").write_text("data:\n  evidence_in_prompt: false\nevaluation:\n  evidence_in_prompt: true\n")
+    assert run_settings(tmp_path) == {**closed, "heldout_evidence": True}
+    (tmp_path / "config.yaml").write_text("data:\n  evidence_in_prompt: true\nevaluation:\n  evidence_in_prompt: false\n")
+    assert run_settings(tmp_path) == {**closed, "evidence_in_prompt": True}
     (tmp_path / "config.yaml").write_text("data:\n  evidence_in_prompt: 'yes'\nevaluation: 3\n")
-    assert run_settings(tmp_path) == {"max_new_tokens": None, "evidence_in_prompt": False}
+    assert run_settings(tmp_path) == closed
     for text in ("- a\n- b\n", "a: [unclosed\n", "evaluation:\n  max_new_tokens: '64'\n",
-                 "evaluation:\n  max_new_tokens: 0\n", "evaluation:\n  max_new_tokens: true\n"):
+                 "evaluation:\n  max_new_tokens: 0\n", "evaluation:\n  max_new_tokens: true\n",
+                 "evaluation:\n  evidence_in_prompt: 'yes'\n", "evaluation:\n  evidence_in_prompt: 1\n"):
         (tmp_path / "config.yaml").write_text(text)
         with pytest.raises(ResultFileError, match="config.yaml"):
             run_settings(tmp_path)
+
+
+def test_arms_asked_with_another_prompt_are_set_aside(tmp_path):
+    def run(name, method, config=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "heldout.json").write_text(json.dumps({"method": method, "seed": 0, "metrics": {}}))
+        if config is not None:
+            (folder / "config.yaml").write_text(config)
+
+    run("base", "base")
+    run("grpo_s0", "grpo", "data:\n  evidence_in_prompt: false\n")
+    run("fspo_s0", "fspo", "evaluation:\n  evidence_in_prompt: null\n")
+    run("grpo_ctx_s0", "grpo+ctx", "data:\n  evidence_in_prompt: true\n")
+    run("grpo_ctxeval_s0", "grpo+ctxeval", "evaluation:\n  evidence_in_prompt: true\n")
+    run("mixed_s0", "mixed", "data:\n  evidence_in_prompt: false\n")
+    run("mixed_s1", "mixed", "evaluation:\n  evidence_in_prompt: true\n")
+    assert other_prompt_arms(tmp_path, "grpo") == ["grpo+ctx", "grpo+ctxeval", "mixed"]
+    # an open-book baseline: the closed-book arms are the other ones
+    assert other_prompt_arms(tmp_path, "grpo+ctx") == ["fspo", "grpo", "mixed"]
+    # no run of the reference: closed-book is the reference
+    assert other_prompt_arms(tmp_path, "absent") == ["grpo+ctx", "grpo+ctxeval", "mixed"]
 
 
 def test_the_preflight_reading_and_its_hostile_forms(tmp_path):

@@ -25,15 +25,18 @@ def _record(question, sample, texts, labels, prompt, tokens):
     return kbqa_record(texts, labels, id=f"q{question}", sample=sample, prompt=prompt, response_tokens=tokens)
 
 
-def write_run(root, method, seed, responses, open_book=False, tokens=30, zero_std=0.0):
-    """One run: 4 questions x 2 samples; sample k answers with responses[k % len(responses)] = (texts, labels)."""
+def write_run(root, method, seed, responses, open_book=False, tokens=30, zero_std=0.0, asked=None):
+    """One run: 4 questions x 2 samples; sample k answers with responses[k % len(responses)] = (texts, labels).
+    `asked`: evaluation.evidence_in_prompt (None: the held-out prompt is training's)."""
     run = root / f"{method.replace('+', '_')}_s{seed}"
     (run / "eval").mkdir(parents=True)
     (run / "heldout.json").write_text(json.dumps({"method": method, "seed": seed, "judge": "embedding",
                                                   "train_verifier": "lexical", "metrics": {}}))
     (run / "config.yaml").write_text(f"data:\n  evidence_in_prompt: {str(open_book).lower()}\n"
-                                     "evaluation:\n  max_new_tokens: 64\n")
-    rows = [_record(q, s, *responses[s % len(responses)], OPEN if open_book else CLOSED, tokens)
+                                     "evaluation:\n  max_new_tokens: 64\n"
+                                     f"  evidence_in_prompt: {'null' if asked is None else str(asked).lower()}\n")
+    shown = open_book if asked is None else asked
+    rows = [_record(q, s, *responses[s % len(responses)], OPEN if shown else CLOSED, tokens)
             for q in range(4) for s in range(2)]
     (run / "eval" / "records.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     (run / "metrics.jsonl").write_text("\n".join(json.dumps({"step": k, "frac_reward_zero_std": zero_std})
@@ -111,10 +114,10 @@ def test_open_book_runs_without_the_evidence_or_the_judge_are_not_read(tmp_path)
     strict.write_text(strict.read_text().replace("false", "true"))
     found = section(root)
     assert found["strict_not_read"] == [
-        "fspo_strict_s0 (fspo+strict) had the evidence in the prompt (data.evidence_in_prompt); not read"]
+        "fspo_strict_s0 (fspo+strict) had the evidence in the training prompt (data.evidence_in_prompt); not read"]
     assert "h1" not in found and found["h1_not_read"] == [
         "3 held-out responses of fspo+ctx carry no kb labels (label them with the kb judge first: `rejudge`); not read yet",
-        "grpo_ctx_s2 (grpo+ctx) did not have the evidence in the prompt (data.evidence_in_prompt); not read"]
+        "grpo_ctx_s2 (grpo+ctx) did not have the evidence in the training prompt (data.evidence_in_prompt); not read"]
 
 
 def test_no_ctx_or_strict_run_no_section(tmp_path):
@@ -162,3 +165,64 @@ def test_a_seed_outside_the_registered_ones_is_not_read(tmp_path):
     found = section(root)
     assert found["h1"]["answer"] == "yes"
     assert found["h1"]["rows"]["supported_per_response@kb"]["diff"] == pytest.approx(1.0)
+
+
+def with_control(root):
+    """The evaluation-only control beside the 2x2: closed-book training, the evidence shown at test only."""
+    for seed in range(5):
+        write_run(root, "grpo+ctxeval", seed, [([CAPITAL, PEOPLE, SEINE], [S, U, S])], asked=True)
+        write_run(root, "fspo+ctxeval", seed, [([CAPITAL, SEINE], [S, S])], asked=True)
+    return root
+
+
+def test_the_evaluation_only_control_is_described(tmp_path):
+    found = section(with_control(study(tmp_path, *YES)))
+    control = found["control"]
+    assert control["arms"] == ["fspo", "grpo", "fspo+ctxeval", "grpo+ctxeval", "fspo+ctx", "grpo+ctx"]
+    assert control["means"]["step_hallucination@kb"]["grpo+ctxeval"] == pytest.approx(1 / 3)
+    assert control["means"]["supported_per_response@kb"]["fspo+ctxeval"] == pytest.approx(2.0)
+    rows = {(p["arm"], p["reference"]): p["rows"] for p in control["pairs"]}
+    assert rows[("fspo+ctxeval", "grpo+ctxeval")]["step_hallucination@kb"]["diff"] == pytest.approx(-1 / 3)
+    assert rows[("grpo+ctxeval", "grpo")]["supported_per_response@kb"]["diff"] == pytest.approx(1.0)
+    # fspo+ctx (three supported) against fspo+ctxeval (two)
+    assert rows[("fspo+ctx", "fspo+ctxeval")]["supported_per_response@kb"]["diff"] == pytest.approx(1.0)
+    assert found["h1"]["answer"] == "yes"                          # the registered readings do not move
+
+
+def test_a_control_run_asked_without_the_evidence_is_not_read(tmp_path):
+    root = with_control(study(tmp_path, *YES))
+    config = root / "grpo_ctxeval_s3" / "config.yaml"
+    config.write_text(config.read_text().replace("evidence_in_prompt: true", "evidence_in_prompt: false"))
+    trained = root / "fspo_ctxeval_s1" / "config.yaml"
+    trained.write_text(trained.read_text().replace("evidence_in_prompt: false", "evidence_in_prompt: true", 1))
+    shutil.rmtree(root / "fspo_ctxeval_s4")
+    found = section(root)
+    assert "control" not in found
+    assert found["control_not_read"] == [
+        "4 of 5 seeds of fspo+ctxeval in; not read yet",
+        "grpo_ctxeval_s3 (grpo+ctxeval) did not have the evidence in the held-out prompt (evaluation.evidence_in_prompt); "
+        "not read"]
+
+
+def test_the_main_tables_leave_the_other_prompt_arms_out(tmp_path):
+    """Arms asked with the evidence shown are set aside: the main tables' numbers are those of a runs folder
+    without them, to the last digit, and the evidence section names them."""
+    from fspo_lite.drivers.report import study_report
+    from fspo_lite.drivers.report.render import summary_document
+
+    order = ["grpo", "fspo", "fspo+strict"]
+    boot = Bootstrap(**{k: BOOT[k] for k in ("n_resamples", "seed")})
+    full = with_control(study(tmp_path / "full", *YES))
+    bare = tmp_path / "bare"
+    shutil.copytree(full, bare, ignore=shutil.ignore_patterns("*ctx*"))
+    out = {name: study_report(Study(runs, order, figures_dir=tmp_path / name, primary_judge="kb"), boot)
+           for name, runs in (("full", full), ("bare", bare))}
+    for part in ("methods", "differences", "matched_length", "controls"):
+        assert out["full"][part] == out["bare"][part]
+    assert {row["method"] for row in out["full"]["methods"]} == {"grpo", "fspo", "fspo+strict"}
+    assert out["full"]["evidence"]["set_aside"] == ["fspo+ctx", "fspo+ctxeval", "grpo+ctx", "grpo+ctxeval"]
+    stats = json.loads(json.dumps({k: v for k, v in out["full"].items() if k != "markdown"}))
+    text = summary_document({"statistics": stats, "report": {"order": order, "title": "t"}})
+    assert "Not in the tables above, read here only: fspo+ctx, fspo+ctxeval, grpo+ctx, grpo+ctxeval" in text
+    assert "### The evaluation-only control: closed-book adapters asked with the evidence shown" in text
+    assert "| fspo+ctxeval - grpo+ctxeval | -33.3 [-33.3, -33.3] (down) |" in text

@@ -22,6 +22,7 @@ from fspo_lite.drivers.report.plots import (curves_not_drawn, figures_not_drawn,
                                             plot_accuracy_vs_hallucination, plot_advantage_mass,
                                             plot_decomposition_by_method, plot_forest, plot_judges,
                                             plot_supported_unsupported, plot_training_curves, scatter_not_drawn)
+from fspo_lite.drivers.report.evidence import other_prompt_arms
 from fspo_lite.drivers.report.flip_plot import flip_caption, plot_flip
 from fspo_lite.drivers.report.render import summary_document, verdict, verdict_markdown, write_summary
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal,
@@ -40,7 +41,7 @@ __all__ = [
     "verifier_answer", "verifier_check", "curves_not_drawn", "figures_not_drawn", "judges_not_drawn",
     "mass_not_drawn", "scatter_not_drawn", "detail_markdown", "direction", "flip_example", "format_interval",
     "goal_check", "is_share", "judge_labels", "judges_of", "length_stratum", "load_heldout", "load_responses",
-    "load_training", "matched_length", "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells",
+    "load_training", "matched_length", "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells", "other_prompt_arms",
     "pair_differences", "plot_accuracy_vs_hallucination", "plot_advantage_mass", "plot_decomposition_by_method",
     "plot_flip", "plot_forest", "plot_judges", "plot_supported_unsupported", "plot_training_curves",
     "say_less_reading", "study_markdown", "study_report", "study_statistics", "summarize", "summary_document",

@@ -136,12 +136,14 @@ def response_quantities(record: dict, judge: str, max_new_tokens: Any = None) ->
 
 
 def run_settings(run: Path) -> dict:
-    """From a run's config.yaml: max_new_tokens (evaluation.max_new_tokens, None when absent) and evidence_in_prompt
-    (data.evidence_in_prompt, False when absent). A file that is not a YAML mapping, or a limit that is not a
-    positive whole number, is refused in one line."""
+    """From a run's config.yaml: max_new_tokens (evaluation.max_new_tokens, None when absent), evidence_in_prompt
+    (data.evidence_in_prompt, False when absent: the training prompt) and heldout_evidence (whether the held-out
+    prompts showed the evidence: evaluation.evidence_in_prompt when it is true or false, else as training's, as the
+    harness builds them). A file that is not a YAML mapping, or a limit that is not a positive whole number, is
+    refused in one line."""
     path = Path(run) / "config.yaml"
     if not path.exists():
-        return {"max_new_tokens": None, "evidence_in_prompt": False}
+        return {"max_new_tokens": None, "evidence_in_prompt": False, "heldout_evidence": False}
     try:
         config = read_config_mapping(path)
     except ConfigError as error:
@@ -151,12 +153,33 @@ def run_settings(run: Path) -> dict:
     if limit is not None and not (type(limit) is int and limit > 0):
         raise ResultFileError(f"{path}: evaluation.max_new_tokens={limit!r} is not valid; valid: a whole number > 0")
     data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    return {"max_new_tokens": limit, "evidence_in_prompt": data.get("evidence_in_prompt") is True}
+    asked = (config.get("evaluation") or {}).get("evidence_in_prompt") if isinstance(config.get("evaluation"),
+                                                                                   dict) else None
+    if asked is not None and not isinstance(asked, bool):
+        raise ResultFileError(f"{path}: evaluation.evidence_in_prompt={asked!r} is not valid; valid: true, false or null")
+    shown = data.get("evidence_in_prompt") is True
+    return {"max_new_tokens": limit, "evidence_in_prompt": shown,
+            "heldout_evidence": shown if asked is None else asked}
+
+
+def other_prompt_arms(runs_dir: str | Path, reference: str) -> list[str]:
+    """The arms whose held-out prompts differ from `reference`'s (the study's baseline arm; closed-book when it has
+    no run) in showing the evidence (`run_settings`' heldout_evidence), sorted. The study's main tables compare
+    arms asked the same way, so the report sets these aside for its evidence section. An arm whose runs were asked
+    both ways is among them; the base model (no config.yaml of its own) is not."""
+    shown: dict[str, set[bool]] = {}
+    for path in sorted(Path(runs_dir).glob("*/heldout.json")):
+        method = read_heldout(path)["method"]
+        if method != "base":
+            shown.setdefault(method, set()).add(run_settings(path.parent)["heldout_evidence"])
+    asked = shown.get(reference, {False})
+    return sorted(method for method, flags in shown.items() if flags != asked)
 
 
 def evidence_responses(runs_dir: str | Path, arms: Sequence[str], judge: str = "kb", qa: str = "kbqa") -> pd.DataFrame:
     """One row per held-out `qa` response of every run of `arms`: method, seed, run, question, the quantities above
-    (NaN where the record has no `judge` labels: column `judged` is 0 then), and the run's evidence_in_prompt."""
+    (NaN where the record has no `judge` labels: column `judged` is 0 then), and the run's evidence_in_prompt and
+    heldout_evidence (`run_settings`)."""
     rows = []
     for path in sorted(Path(runs_dir).glob("*/heldout.json")):
         records = path.parent / "eval" / "records.jsonl"
@@ -170,8 +193,10 @@ def evidence_responses(runs_dir: str | Path, arms: Sequence[str], judge: str = "
             found = response_quantities(record, judge, settings["max_new_tokens"])
             rows.append({"method": info["method"], "seed": -1 if info.get("seed") is None else int(info["seed"]),
                          "run": path.parent.name, "question": record.get("id"), "judged": float(found is not None),
-                         "evidence_in_prompt": settings["evidence_in_prompt"], **(found or {})})
-    columns = ["method", "seed", "run", "question", "judged", "evidence_in_prompt", "sentences", "texts",
+                         "evidence_in_prompt": settings["evidence_in_prompt"],
+                         "heldout_evidence": settings["heldout_evidence"], **(found or {})})
+    columns = ["method", "seed", "run", "question", "judged", "evidence_in_prompt", "heldout_evidence", "sentences",
+               "texts",
                "checkable", "padding", "copied", "bare", "near_duplicates", "uncheckable", "malformed", "cut"]
     return pd.DataFrame(rows).reindex(columns=columns)
 

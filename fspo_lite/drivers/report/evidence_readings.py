@@ -20,7 +20,7 @@ import pandas as pd
 from fspo_lite import stats
 from fspo_lite.drivers.report.arms import pair_row
 from fspo_lite.drivers.report.controls import move
-from fspo_lite.drivers.report.evidence import (evidence_cells, evidence_responses, read_preflight, zero_spread)
+from fspo_lite.drivers.report.evidence import evidence_cells, evidence_responses, read_preflight, zero_spread
 from fspo_lite.drivers.report.reader import dumps
 from fspo_lite.drivers.report.sensitivity import seed_values, survives, with_welch
 from fspo_lite.drivers.report.study import cell_arrays, matched_length, metric_rng, pair_differences
@@ -28,6 +28,12 @@ from fspo_lite.drivers.report.study import cell_arrays, matched_length, metric_r
 CTX = ("fspo+ctx", "grpo+ctx")
 CLOSED = ("fspo", "grpo")
 STRICT = "fspo+strict"
+CTXEVAL = ("fspo+ctxeval", "grpo+ctxeval")
+"""The evaluation-only control: closed-book grpo and fspo, asked their held-out questions with the evidence shown."""
+CONTROL_PAIRS = (("fspo+ctxeval", "grpo+ctxeval"), ("grpo+ctxeval", "grpo"), ("fspo+ctxeval", "fspo"),
+                 ("grpo+ctx", "grpo+ctxeval"), ("fspo+ctx", "fspo+ctxeval"))
+"""The control's described differences: FSPO against GRPO with the prompt at test only; what the prompt does to each
+closed-book adapter; what training with the evidence adds over showing it at test only."""
 SEEDS = (0, 1, 2, 3, 4)
 """The registered seeds: a reading waits until all of them are in for every arm it reads."""
 PRIMARY, SECONDARY = "kb", ("embedding", "likelihood")
@@ -150,10 +156,16 @@ def interaction(cells: pd.DataFrame, metrics: Sequence[str], arms: Sequence[str]
     return out
 
 
+PROMPTS = {"evidence_in_prompt": "in the training prompt (data.evidence_in_prompt)",
+           "heldout_evidence": "in the held-out prompt (evaluation.evidence_in_prompt)"}
+"""The two places a run can show the evidence (evidence_responses' columns), as the report names them."""
+
+
 def missing_lines(responses: pd.DataFrame, extra: pd.DataFrame, arms: Sequence[str], open_book: Sequence[str],
-                  judge: str = PRIMARY) -> list[str]:
+                  judge: str = PRIMARY, column: str = "evidence_in_prompt") -> list[str]:
     """Why a reading over `arms` cannot be made yet: seeds missing, responses without `judge`'s labels, runs of an
-    arm in `open_book` made without the evidence in the prompt, runs of any other arm made with it. [] when it can."""
+    arm in `open_book` made without the evidence in the prompt `column` names (PROMPTS), runs of any other arm made
+    with it. [] when it can."""
     lines = []
     for arm in arms:
         line = seeds_line(arm, responses.loc[responses["method"] == arm, "seed"].unique())
@@ -165,24 +177,26 @@ def missing_lines(responses: pd.DataFrame, extra: pd.DataFrame, arms: Sequence[s
         if unjudged:
             lines.append(f"{unjudged} held-out responses of {arm} carry no {judge} labels (label them with the {judge} "
                          "judge first: `rejudge`); not read yet")
-        shown = rows["evidence_in_prompt"].astype(bool)
+        shown = rows[column].astype(bool)
         wrong = sorted(set(rows.loc[~shown if arm in open_book else shown, "run"]))
         if wrong:
-            lines.append(f"{', '.join(wrong)} ({arm}) {'did not have' if arm in open_book else 'had'} the evidence in "
-                         "the prompt (data.evidence_in_prompt); not read")
+            lines.append(f"{', '.join(wrong)} ({arm}) {'did not have' if arm in open_book else 'had'} the evidence "
+                         f"{PROMPTS[column]}; not read")
     return lines
 
 
 def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.DataFrame, training: pd.DataFrame,
-                     judges: Sequence[str], boot: dict, preflight: str | Path | None = None) -> dict:
+                     judges: Sequence[str], boot: dict, preflight: str | Path | None = None,
+                     aside: Sequence[str] = ()) -> dict:
     """The registered readings as summary.json's statistics.evidence (plain numbers and words; rendered by
-    `fspo_lite.drivers.report.evidence_text`); {} when no run of the ctx or strict arms exists. `cells`,
-    `responses`, `training`: the study report's; `preflight`: the pre-flight's reading (default: PREFLIGHT beside
-    the runs folder)."""
+    `fspo_lite.drivers.report.evidence_text`), and the evaluation-only control described; {} when no run of the
+    ctx, strict or control arms exists. `cells`, `responses`, `training`: the study report's, every arm's;
+    `preflight`: the pre-flight's reading (default: PREFLIGHT beside the runs folder); `aside`: the arms the main
+    tables leave out (`evidence.other_prompt_arms`), named in the section."""
     ran = set(responses["method"])
-    if not ran & {*CTX, STRICT}:
+    if not ran & {*CTX, STRICT, *CTXEVAL}:
         return {}
-    arms = [a for a in (*CTX, *CLOSED, STRICT) if a in ran]
+    arms = [a for a in (*CTX, *CLOSED, STRICT, *CTXEVAL) if a in ran]
     extra = evidence_responses(runs_dir, arms, PRIMARY)
     extra = extra[extra["seed"].isin(SEEDS)]  # the registered seeds only: another seed of an arm is not read
     cells, responses = (frame[frame["seed"].isin(SEEDS)] for frame in (cells, responses))
@@ -204,7 +218,7 @@ def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.Da
     path = Path(preflight) if preflight is not None else Path(runs_dir).parent / PREFLIGHT
     out = {"preflight": read_preflight(path), "preflight_path": str(path), "seeds": list(SEEDS), "judge": PRIMARY,
            "arms": {a: sorted(int(s) for s in responses.loc[responses["method"] == a, "seed"].unique())
-                    for a in (*CTX, *CLOSED, STRICT)}}
+                    for a in (*CTX, *CLOSED, STRICT, *CTXEVAL)}, "set_aside": list(aside)}
     blocked = missing_lines(responses, extra, CTX, CTX)
     out["h1_not_read"] = blocked
     if not blocked:
@@ -235,4 +249,14 @@ def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.Da
         out["strict"] = {"versus_fspo": versus_fspo, "versus_grpo": versus_grpo,
                          "means": {m: {a: mean(m, a) for a in (STRICT, *CLOSED)} for m in metrics},
                          **strict_answer(versus_fspo, versus_grpo)}
+    control_blocked = list(dict.fromkeys([*missing_lines(responses, extra, (*CTXEVAL, *CLOSED), ()),
+                                          *missing_lines(responses, extra, CTXEVAL, CTXEVAL, column="heldout_evidence")]))
+    out["control_not_read"] = control_blocked
+    if not control_blocked:  # described, read by no rule
+        metrics = [f"step_hallucination@{PRIMARY}", f"supported_per_response@{PRIMARY}", "accuracy",
+                   f"bare_name@{PRIMARY}", "cut_at_limit"]
+        shown = [a for a in (*CLOSED, *CTXEVAL, *CTX) if a in ran]
+        out["control"] = {"arms": shown, "means": {m: {a: mean(m, a) for a in shown} for m in metrics},
+                          "pairs": [{"arm": a, "reference": b, "rows": pairs(a, b, metrics[:3])}
+                                    for a, b in CONTROL_PAIRS if a in ran and b in ran]}
     return dumps(out)  # JSON-safe: NaN as null

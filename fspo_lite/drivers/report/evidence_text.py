@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from fspo_lite.drivers.report.evidence_readings import CTXEVAL
 from fspo_lite.drivers.report.study import format_interval
 
 CAVEAT = ("Open-book training measures faithfulness to evidence the model sees, not what the model knows; FSPO's "
@@ -137,6 +138,10 @@ def evidence_markdown(section: dict | None) -> list[str]:
              "clusters) and seeds, with Welch's interval over seed values beside it; it *moves down* or *up* when "
              "its 95% interval lies below or above 0, and *holds 0* otherwise. A reading is made only when all "
              f"{len(section.get('seeds') or [])} registered seeds of every arm it reads are in.", ""]
+    if section.get("set_aside"):
+        lines += [f"Not in the tables above, read here only: {', '.join(section['set_aside'])} (their held-out "
+                  "prompts show the evidence and the baseline's do not, so they are not compared with the others "
+                  "there).", ""]
     pre = section.get("preflight")
     if pre:
         lines += [f"Pre-flight (the base model with the evidence prompt): {pre['supported']} of {pre['sentences']} "
@@ -173,7 +178,31 @@ def evidence_markdown(section: dict | None) -> list[str]:
         row = strict["versus_grpo"].get("supported_per_response@kb")
         lines.append(f"| {label('supported_per_response@kb')}, fspo+strict - grpo | | | | "
                      f"{difference('supported_per_response@kb', row)} | {(row or {}).get('survives', '')} |")
+    lines += control_markdown(section)
     return lines + ["", f"Multiplicity: {MULTIPLICITY}", "", f"What it can and cannot show: {CAVEAT}"]
+
+
+def control_markdown(section: dict) -> list[str]:
+    """The evaluation-only control, described (no rule reads it): each arm's means, then the differences."""
+    control = section.get("control")
+    waiting = section.get("control_not_read") or []
+    if not control and not any(section.get("arms", {}).get(a) for a in CTXEVAL):
+        return []
+    lines = ["", "### The evaluation-only control: closed-book adapters asked with the evidence shown", "",
+             "Described, read by no rule: grpo+ctxeval and fspo+ctxeval train as grpo and fspo do (closed-book) and "
+             "are asked their held-out questions with the evidence in the prompt, which shows what the prompt does "
+             "without training with it.", ""]
+    if not control:
+        return lines + [f"- {line}." for line in waiting]
+    arms, means = control["arms"], control["means"]
+    lines += [f"| reading | {' | '.join(arms)} |", "|---|" + "---|" * len(arms)]
+    lines += [f"| {label(m)} | {' | '.join(number(m, values.get(a, math.nan)) for a in arms)} |"
+              for m, values in means.items()]
+    metrics = list(control["pairs"][0]["rows"]) if control["pairs"] else []
+    lines += ["", f"| difference | {' | '.join(label(m) for m in metrics)} |", "|---|" + "---|" * len(metrics)]
+    lines += [f"| {p['arm']} - {p['reference']} | {' | '.join(difference(m, p['rows'].get(m)) for m in metrics)} |"
+              for p in control["pairs"]]
+    return lines
 
 
 def evidence_paragraph(section: dict | None) -> str:

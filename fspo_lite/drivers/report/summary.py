@@ -17,6 +17,7 @@ from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, l
                                            questions_markdown, verifier_check)
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
                                                more_right_check)
+from fspo_lite.drivers.report.evidence import other_prompt_arms
 from fspo_lite.drivers.report.evidence_readings import evidence_section
 from fspo_lite.drivers.report.evidence_text import evidence_markdown
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training, quiet_zero_tables
@@ -292,9 +293,13 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     each when it has something to show (else "figures_not_drawn" says why). `settings` and `title` go to the
     markdown (`study_markdown`)."""
     boot = asdict(bootstrap)  # n_resamples, seed, level: the keywords of the statistics functions
-    responses = load_responses(study.runs_dir, study.qa)
-    judges = judges_of(responses, study.primary_judge)
-    cells = metric_cells(responses, study.runs_dir)
+    every_response = load_responses(study.runs_dir, study.qa)
+    judges = judges_of(every_response, study.primary_judge)
+    every_cell, every_step = metric_cells(every_response, study.runs_dir), load_training(study.runs_dir)
+    # the main tables compare arms asked the baseline's held-out prompt; the others, for the evidence section only
+    aside = other_prompt_arms(study.runs_dir, study.baseline)
+    responses, cells, training = (frame[~frame["method"].isin(aside)] if "method" in frame else frame
+                                  for frame in (every_response, every_cell, every_step))
     tables = study_statistics(cells, study.order, study.baseline, **boot)
     seeds = seed_values(cells)  # Welch's interval over seed values beside each bootstrap interval
     tables["differences"] = with_welch(tables["differences"], seeds, bootstrap.level)
@@ -306,12 +311,11 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
         versus = pair_differences(cells, counts, *study.detail_arm, **boot)
         detail = detail_arm_check(tables["differences"], versus, judges, *study.detail_arm)
     questions = added_arms(study, cells, responses, judges, boot, seeds)
-    training = load_training(study.runs_dir)
     controls = controls_section(study, cells, responses, tables, matched, training, judges, boot)
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
                           bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions,
                           controls=controls)
-    evidence = evidence_section(study.runs_dir, cells, responses, training, judges, boot)  # docs/statistics.md
+    evidence = evidence_section(study.runs_dir, every_cell, every_response, every_step, judges, boot, aside=aside)
     text += "\n".join(evidence_markdown(evidence)) + ("\n" if evidence else "")
     figures, not_drawn = {}, {}
 

@@ -322,3 +322,24 @@ def test_the_readme_paragraph():
                            "read yet. **Closing the bare-name escape (fspo+strict - fspo).** 2 of 5 seeds of "
                            "fspo+strict in; not read yet. These are about ten readings")
     assert text.endswith(CAVEAT)
+
+
+def test_the_words_beside_h1():
+    from fspo_lite.drivers.report.evidence_text import h1_context
+
+    assert h1_context({}) == ""
+    h1 = {"room": 0.43, "spread": {"pooled": 0.159}, "cut": 0.191, "supported": "holds 0"}
+    up = {"metric": "supported_per_response@kb", "diff": 0.18, "low": 0.06, "high": 0.31, "move": "up"}
+    text = h1_context({"h1": h1, "interaction": [up]})
+    assert text == ("Inconclusive lines: grpo+ctx's kb step hallucination 43.0% (line 15%), groups without reward "
+                    "spread 15.9% (line 50%), responses cut at the token limit 19.1% (line 20%). Described, read by "
+                    "no rule: the 2x2 interaction in kb-supported sentences per response, (fspo+ctx - grpo+ctx) - "
+                    "(fspo - grpo), is +0.18 [+0.06, +0.31] (up): with the evidence shown, FSPO gives up fewer "
+                    "supported sentences against GRPO than it does closed-book; open-book, FSPO's supported "
+                    "sentences do not fall against GRPO's.")
+    # the interaction up while open-book FSPO still loses supported sentences: the second half is not said
+    text = h1_context({"h1": {**h1, "supported": "down"}, "interaction": [up]})
+    assert text.endswith("than it does closed-book.")
+    text = h1_context({"h1": h1, "interaction": [{**up, "low": -0.01, "move": "holds 0"}]})
+    assert "gives up about as many supported sentences against GRPO as it does closed-book." in text
+    assert h1_context({"h1": h1}).endswith("(line 20%).")     # no interaction read: the lines only

@@ -205,11 +205,34 @@ def control_markdown(section: dict) -> list[str]:
     return lines
 
 
+def h1_context(section: dict) -> str:
+    """Beside H1's answer, in words: how near the inconclusive lines the measured values came, and the 2x2
+    interaction in kb-supported sentences (described, no rule reads it); '' without a reading."""
+    h1 = section.get("h1")
+    if not h1:
+        return ""
+    text = (f"Inconclusive lines: grpo+ctx's kb step hallucination {number('accuracy', h1['room'])}% (line 15%), "
+            f"groups without reward spread {number('accuracy', h1['spread'].get('pooled'))}% (line 50%), responses "
+            f"cut at the token limit {number('accuracy', h1['cut'])}% (line 20%).")
+    row = next((r for r in section.get("interaction") or [] if r["metric"] == "supported_per_response@kb"), None)
+    if row:
+        said = {"up": "fewer supported sentences against GRPO than it does closed-book",
+                "down": "more supported sentences against GRPO than it does closed-book",
+                "holds 0": "about as many supported sentences against GRPO as it does closed-book"}
+        gone = ("; open-book, FSPO's supported sentences do not fall against GRPO's"
+                if row.get("move") == "up" and h1.get("supported") != "down" else "")
+        text += (f" Described, read by no rule: the 2x2 interaction in kb-supported sentences per response, "
+                 f"(fspo+ctx - grpo+ctx) - (fspo - grpo), is {difference(row['metric'], row)}: with the evidence "
+                 f"shown, FSPO gives up {said.get(row.get('move'), 'n/a')}{gone}.")
+    return text
+
+
 def evidence_paragraph(section: dict | None) -> str:
     """Both answers in one paragraph with the caveat, for a README block ('' when there is no section)."""
     if not section:
         return ""
-    h1 = h1_words(section["h1"]) if section.get("h1") else "; ".join(section.get("h1_not_read") or []) + "."
+    h1 = (f"{h1_words(section['h1'])} {h1_context(section)}" if section.get("h1")
+          else "; ".join(section.get("h1_not_read") or []) + ".")
     strict = (strict_words(section["strict"]) if section.get("strict")
               else "; ".join(section.get("strict_not_read") or []) + ".")
     return (f"**Evidence in the prompt (H1, fspo+ctx - grpo+ctx).** {h1} **Closing the bare-name escape "

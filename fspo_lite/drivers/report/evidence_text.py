@@ -206,8 +206,8 @@ def control_markdown(section: dict) -> list[str]:
 
 
 def h1_context(section: dict) -> str:
-    """Beside H1's answer, in words: how near the inconclusive lines the measured values came, and the 2x2
-    interaction in kb-supported sentences (described, no rule reads it); '' without a reading."""
+    """Beside H1's answer, in words: each inconclusive condition's value beside its line, and the interaction of
+    the two-by-two in kb-supported sentences (described, no rule reads it); '' without a reading."""
     h1 = section.get("h1")
     if not h1:
         return ""

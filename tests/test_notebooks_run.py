@@ -55,6 +55,10 @@ def test_notebook_04_with_its_defaults_falls_back_to_the_committed_runs(fresh):
             f"{ROOT / 'results' / 'study' / 'runs'} instead") in printed
     out = fresh / "runs" / "committed_study"
     assert (out / "summary.md").read_text().startswith("# Study")
+    # the arms asked with the evidence shown are read in the evidence section only, not in the tables before it
+    assert "not in the tables (held-out prompts unlike grpo's): fspo+ctx" in printed
+    tables, _, evidence = (out / "summary.md").read_text().partition("## Evidence in the prompt")
+    assert "| grpo+ctx |" not in tables and "| reading | fspo+ctx | grpo+ctx |" in evidence
     for figure in ("training_curves", "accuracy_vs_hallucination", "flip_example", "paired_differences"):
         assert (out / f"study_{figure}.png").stat().st_size > 1000
 

@@ -12,7 +12,8 @@ import pytest
 from fspo_lite import stats
 from fspo_lite.drivers.report.evidence import (copied_count, evidence_cells, evidence_sentences, gold_aliases,
                                                is_bare, is_cut, other_prompt_arms, padding_count, read_preflight,
-                                               response_quantities, run_settings, states_answer, zero_spread)
+                                               response_quantities, run_settings, same_training, states_answer,
+                                               zero_spread)
 from fspo_lite.drivers.report.evidence_readings import h1_answer, seeds_line, strict_answer
 from fspo_lite.evaluation.result_files import ResultFileError
 from conftest import kbqa_record
@@ -343,3 +344,20 @@ def test_the_words_beside_h1():
     text = h1_context({"h1": h1, "interaction": [{**up, "low": -0.01, "move": "holds 0"}]})
     assert "gives up about as many supported sentences against GRPO as it does closed-book." in text
     assert h1_context({"h1": h1}).endswith("(line 20%).")     # no interaction read: the lines only
+
+
+def test_same_training_compares_the_logged_rewards_step_for_step():
+    def log(method, seed, rewards, column="reward_mean"):
+        return [{"method": method, "seed": seed, "step": k + 1, column: r} for k, r in enumerate(rewards)]
+
+    training = pd.DataFrame(log("grpo", 0, [0.1, 0.2]) + log("grpo+ctxeval", 0, [0.1, 0.2])        # the same
+                            + log("grpo", 1, [0.1, 0.2]) + log("grpo+ctxeval", 1, [0.1, 0.3])      # one step apart
+                            + log("grpo", 2, [0.1, 0.2]) + log("grpo+ctxeval", 2, [0.1])           # a step short
+                            + log("grpo+ctxeval", 3, [0.1, 0.2])                                   # no grpo run
+                            + log("grpo", 4, [0.2, 0.1])[::-1] + log("grpo+ctxeval", 4, [0.1, 0.2])[::-1])  # rows
+    # in reverse step order: sorted by step first, so seed 4 differs (0.2, 0.1 against 0.1, 0.2)
+    assert same_training(training, "grpo+ctxeval", "grpo") == [0]
+    rows = log("grpo", 0, [0.1, 0.2]) + log("grpo+ctxeval", 0, [0.1, 0.2])
+    assert same_training(pd.DataFrame(rows), "grpo+ctxeval", "grpo") == [0]
+    assert same_training(pd.DataFrame(rows), "grpo+ctxeval", "grpo", column="loss") == []
+    assert same_training(pd.DataFrame(), "grpo+ctxeval", "grpo") == []

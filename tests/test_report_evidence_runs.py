@@ -187,6 +187,7 @@ def test_the_evaluation_only_control_is_described(tmp_path):
     # fspo+ctx (three supported) against fspo+ctxeval (two)
     assert rows[("fspo+ctx", "fspo+ctxeval")]["supported_per_response@kb"]["diff"] == pytest.approx(1.0)
     assert found["h1"]["answer"] == "yes"                          # the registered readings do not move
+    assert control["same_training"] == {"fspo+ctxeval": [], "grpo+ctxeval": []}   # no rewards logged: none the same
 
 
 def test_a_control_run_asked_without_the_evidence_is_not_read(tmp_path):
@@ -226,3 +227,4 @@ def test_the_main_tables_leave_the_other_prompt_arms_out(tmp_path):
     assert "Not in the tables above, read here only: fspo+ctx, fspo+ctxeval, grpo+ctx, grpo+ctxeval" in text
     assert "### The evaluation-only control: closed-book adapters asked with the evidence shown" in text
     assert "| fspo+ctxeval - grpo+ctxeval | -33.3 [-33.3, -33.3] (down) |" in text
+    assert "rewards step for step: fspo+ctxeval 0 of 5, grpo+ctxeval 0 of 5." in text

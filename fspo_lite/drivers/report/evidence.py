@@ -233,6 +233,22 @@ def zero_spread(training: pd.DataFrame, arms: Sequence[str]) -> dict:
     return {"pooled": float(pooled), **{arm: float(rows[rows["method"] == arm]["value"].mean()) for arm in arms}}
 
 
+def same_training(training: pd.DataFrame, arm: str, reference: str, column: str = "reward_mean") -> list[int]:
+    """The seeds whose `arm` run logged the same `column` at every step as `reference`'s run of that seed (same
+    steps, equal values): where a retrained arm repeated the other's training draw for draw. A seed either arm lacks,
+    or logs without the column, is not among them."""
+    if training.empty or not {"method", "seed", "step", column} <= set(training.columns):
+        return []
+    same = []
+    for seed in sorted(training.loc[training["method"] == arm, "seed"].dropna().unique()):
+        logs = [training[(training["method"] == m) & (training["seed"] == seed)].sort_values("step")
+                for m in (arm, reference)]
+        if all(len(x) for x in logs) and logs[0]["step"].tolist() == logs[1]["step"].tolist() and \
+                logs[0][column].tolist() == logs[1][column].tolist():
+            same.append(int(seed))
+    return same
+
+
 def read_preflight(path: str | Path) -> dict | None:
     """The pre-flight's reading (scripts/preflight_ctx.py writes it): share and counts of kb-supported second
     sentences, its interval and whether the gate passed; None when there is no file. A field of the wrong type or

@@ -20,7 +20,8 @@ import pandas as pd
 from fspo_lite import stats
 from fspo_lite.drivers.report.arms import pair_row
 from fspo_lite.drivers.report.controls import move
-from fspo_lite.drivers.report.evidence import evidence_cells, evidence_responses, read_preflight, zero_spread
+from fspo_lite.drivers.report.evidence import (evidence_cells, evidence_responses, read_preflight, same_training,
+                                               zero_spread)
 from fspo_lite.drivers.report.reader import dumps
 from fspo_lite.drivers.report.sensitivity import seed_values, survives, with_welch
 from fspo_lite.drivers.report.study import cell_arrays, matched_length, metric_rng, pair_differences
@@ -257,6 +258,7 @@ def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.Da
                    f"bare_name@{PRIMARY}", "cut_at_limit"]
         shown = [a for a in (*CLOSED, *CTXEVAL, *CTX) if a in ran]
         out["control"] = {"arms": shown, "means": {m: {a: mean(m, a) for a in shown} for m in metrics},
+                          "same_training": {a: same_training(training, a, a.replace("+ctxeval", "")) for a in CTXEVAL},
                           "pairs": [{"arm": a, "reference": b, "rows": pairs(a, b, metrics[:3])}
                                     for a, b in CONTROL_PAIRS if a in ran and b in ran]}
     return dumps(out)  # JSON-safe: NaN as null

@@ -194,6 +194,12 @@ def control_markdown(section: dict) -> list[str]:
              "without training with it.", ""]
     if not control:
         return lines + [f"- {line}." for line in waiting]
+    same = control.get("same_training") or {}
+    seeds = len(section.get("seeds") or [])
+    repeated = ", ".join(f"{a} {len(v)} of {seeds}" for a, v in same.items())
+    lines += [f"Seeds whose training logged the closed-book arm's rewards step for step: {repeated}. Where fewer than "
+              "all, the control's adapters are new draws of the same training, not the closed-book arms' own, and a "
+              "control - closed-book difference holds that draw too (the seed resampling covers it).", ""]
     arms, means = control["arms"], control["means"]
     lines += [f"| reading | {' | '.join(arms)} |", "|---|" + "---|" * len(arms)]
     lines += [f"| {label(m)} | {' | '.join(number(m, values.get(a, math.nan)) for a in arms)} |"

@@ -60,7 +60,7 @@ def test_bytes_that_are_not_utf8_are_one_line(tmp_path):
 def test_a_missing_file_means_defaults_for_the_report_and_an_error_for_a_checkpoint(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_config_mapping(tmp_path / "config.yaml")
-    assert run_settings(tmp_path) == {"max_new_tokens": None, "evidence_in_prompt": False}
+    assert run_settings(tmp_path) == {"max_new_tokens": None, "evidence_in_prompt": False, "heldout_evidence": False}
     with pytest.raises(CheckpointError, match="has no config.yaml"):
         checkpoint_config(tmp_path)
     assert trained_model_name(tmp_path) is None

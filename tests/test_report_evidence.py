@@ -361,3 +361,24 @@ def test_same_training_compares_the_logged_rewards_step_for_step():
     assert same_training(pd.DataFrame(rows), "grpo+ctxeval", "grpo") == [0]
     assert same_training(pd.DataFrame(rows), "grpo+ctxeval", "grpo", column="loss") == []
     assert same_training(pd.DataFrame(), "grpo+ctxeval", "grpo") == []
+
+
+def test_the_control_in_words():
+    from fspo_lite.drivers.report.evidence_text import control_words
+
+    assert control_words({}) == "" and control_words({"control_not_read": ["1 of 5 seeds"]}) == ""
+
+    def row(diff, low, high, move):
+        return {"diff": diff, "low": low, "high": high, "move": move}
+
+    rate, supported = "step_hallucination@kb", "supported_per_response@kb"
+    control = {"means": {"cut_at_limit": {"grpo+ctxeval": 0.515, "fspo+ctxeval": 0.301}}, "pairs": [
+        {"arm": "grpo+ctxeval", "reference": "grpo", "rows": {rate: row(-0.328, -0.386, -0.26, "down")}},
+        {"arm": "fspo+ctxeval", "reference": "fspo", "rows": {rate: row(-0.355, -0.43, -0.282, "down")}},
+        {"arm": "grpo+ctx", "reference": "grpo+ctxeval", "rows": {supported: row(0.34, 0.21, 0.47, "up")}}]}
+    assert control_words({"control": control}) == (
+        "The evaluation-only control (described, no rule): shown the evidence at test only, the closed-book adapters' "
+        "kb step hallucination changes by -32.8 [-38.6, -26.0] (down) points (grpo) and -35.5 [-43.0, -28.2] (down) "
+        "(fspo), with 51.5% and 30.1% of their responses cut at the token limit; training with the evidence changes "
+        "kb-supported sentences per response by +0.34 [+0.21, +0.47] (up) (grpo) and n/a (fspo) over showing it at "
+        "test only.")

@@ -233,11 +233,34 @@ def h1_context(section: dict) -> str:
     return text
 
 
+def control_words(section: dict) -> str:
+    """The evaluation-only control in two sentences, for the README: what the prompt does to each closed-book
+    adapter, what training with the evidence adds, and how many of the control's responses hit the token limit;
+    '' until it is read."""
+    control = section.get("control")
+    if not control:
+        return ""
+    pairs = {(p["arm"], p["reference"]): p["rows"] for p in control["pairs"]}
+
+    def said(arm: str, reference: str, metric: str) -> str:
+        row = (pairs.get((arm, reference)) or {}).get(metric)
+        return "n/a" if not row else f"{number(metric, row['diff'], row['low'], row['high'], True)} ({row['move']})"
+
+    rate, supported = "step_hallucination@kb", "supported_per_response@kb"
+    cut = control["means"].get("cut_at_limit") or {}
+    return (f"The evaluation-only control (described, no rule): shown the evidence at test only, the closed-book "
+            f"adapters' kb step hallucination changes by {said('grpo+ctxeval', 'grpo', rate)} points (grpo) and "
+            f"{said('fspo+ctxeval', 'fspo', rate)} (fspo), with {number('accuracy', cut.get('grpo+ctxeval'))}% and "
+            f"{number('accuracy', cut.get('fspo+ctxeval'))}% of their responses cut at the token limit; training "
+            f"with the evidence changes kb-supported sentences per response by {said('grpo+ctx', 'grpo+ctxeval', supported)} "
+            f"(grpo) and {said('fspo+ctx', 'fspo+ctxeval', supported)} (fspo) over showing it at test only.")
+
+
 def evidence_paragraph(section: dict | None) -> str:
     """Both answers in one paragraph with the caveat, for a README block ('' when there is no section)."""
     if not section:
         return ""
-    h1 = (f"{h1_words(section['h1'])} {h1_context(section)}" if section.get("h1")
+    h1 = (f"{h1_words(section['h1'])} {h1_context(section)} {control_words(section)}".rstrip() if section.get("h1")
           else "; ".join(section.get("h1_not_read") or []) + ".")
     strict = (strict_words(section["strict"]) if section.get("strict")
               else "; ".join(section.get("strict_not_read") or []) + ".")

@@ -228,3 +228,24 @@ def test_the_main_tables_leave_the_other_prompt_arms_out(tmp_path):
     assert "### The evaluation-only control: closed-book adapters asked with the evidence shown" in text
     assert "| fspo+ctxeval - grpo+ctxeval | -33.3 [-33.3, -33.3] (down) |" in text
     assert "rewards step for step: fspo+ctxeval 0 of 5, grpo+ctxeval 0 of 5." in text
+
+
+def test_an_own_arm_asked_open_book_is_named_without_the_study_arms(tmp_path):
+    """No ctx, strict or control run: the set-aside arm is still named, and nothing else of the section is shown."""
+    from fspo_lite.drivers.report import study_report
+    from fspo_lite.drivers.report.evidence_text import evidence_lead, evidence_paragraph
+    from fspo_lite.drivers.report.render import summary_document
+
+    for seed in range(2):
+        write_run(tmp_path, "grpo", seed, [([CAPITAL, PEOPLE], [S, U])])
+        write_run(tmp_path, "fspo", seed, [([CAPITAL], [S])])
+        write_run(tmp_path, "mine", seed, [([CAPITAL, SEINE], [S, S])], asked=True)
+    out = study_report(Study(tmp_path, ["grpo", "fspo"], figures_dir=tmp_path / "figures", primary_judge="kb"),
+                       Bootstrap(**{k: BOOT[k] for k in ("n_resamples", "seed")}))
+    assert out["evidence"] == {"set_aside": ["mine"]}
+    assert {row["method"] for row in out["methods"]} == {"grpo", "fspo"}
+    stats = json.loads(json.dumps({k: v for k, v in out.items() if k != "markdown"}))
+    text = summary_document({"statistics": stats, "report": {"order": ["grpo", "fspo"], "title": "t"}})
+    assert "## Arms asked with another held-out prompt\n\nNot in the tables above: mine (their held-out" in text
+    assert "Evidence in the prompt" not in text
+    assert evidence_lead(out["evidence"]) == [] and evidence_paragraph(out["evidence"]) == ""

@@ -258,7 +258,7 @@ def evidence_section(runs_dir: str | Path, cells: pd.DataFrame, responses: pd.Da
                    f"bare_name@{PRIMARY}", "cut_at_limit"]
         shown = [a for a in (*CLOSED, *CTXEVAL, *CTX) if a in ran]
         out["control"] = {"arms": shown, "means": {m: {a: mean(m, a) for a in shown} for m in metrics},
-                          "same_training": {a: same_training(training, a, a.replace("+ctxeval", "")) for a in CTXEVAL},
+                          "same_training": {a: same_training(training, a, b) for a, b in zip(CTXEVAL, CLOSED)},
                           "pairs": [{"arm": a, "reference": b, "rows": pairs(a, b, metrics[:3])}
                                     for a, b in CONTROL_PAIRS if a in ran and b in ran]}
     return dumps(out)  # JSON-safe: NaN as null

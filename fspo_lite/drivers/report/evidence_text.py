@@ -118,9 +118,14 @@ def conditions(h1: dict) -> str:
             "20%).")
 
 
+def set_aside_only(section: dict | None) -> bool:
+    """Whether the section only names arms set aside from the main tables (no ctx, strict or control run)."""
+    return bool(section) and set(section) == {"set_aside"}
+
+
 def evidence_lead(section: dict | None) -> list[str]:
     """One line for the top of summary.md: both answers, or what is not read yet."""
-    if not section:
+    if not section or set_aside_only(section):
         return []
     h1 = (section.get("h1") or {}).get("answer") or "; ".join(section.get("h1_not_read") or []) or "n/a"
     strict = (section.get("strict") or {}).get("answer") or "; ".join(section.get("strict_not_read") or []) or "n/a"
@@ -129,9 +134,14 @@ def evidence_lead(section: dict | None) -> list[str]:
 
 
 def evidence_markdown(section: dict | None) -> list[str]:
-    """summary.md's section on the registered readings (none when no ctx or strict run exists)."""
+    """summary.md's section on the registered readings (none when no ctx, strict or control run exists; only the
+    set-aside arms named when they are all it holds)."""
     if not section:
         return []
+    if set_aside_only(section):
+        return ["", "## Arms asked with another held-out prompt", "",
+                f"Not in the tables above: {', '.join(section['set_aside'])} (their held-out prompts differ from the "
+                "baseline's in showing the evidence, so they are not compared with the others there)."]
     lines = ["", "## Evidence in the prompt, and the flip's escape closed", "",
              "Registered before these runs (docs/statistics.md, \"Evidence in the prompt, and the flip's escape "
              "closed\"). Primary judge kb. Each difference is the study's paired bootstrap over questions (as "
@@ -257,8 +267,8 @@ def control_words(section: dict) -> str:
 
 
 def evidence_paragraph(section: dict | None) -> str:
-    """Both answers in one paragraph with the caveat, for a README block ('' when there is no section)."""
-    if not section:
+    """Both answers in one paragraph with the caveat, for a README block ('' when there is no reading)."""
+    if not section or set_aside_only(section):
         return ""
     h1 = (f"{h1_words(section['h1'])} {h1_context(section)} {control_words(section)}".rstrip() if section.get("h1")
           else "; ".join(section.get("h1_not_read") or []) + ".")

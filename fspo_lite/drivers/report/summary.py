@@ -315,7 +315,8 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     text = study_markdown(tables, matched, goal, judges, study.order, settings, bootstrap.n_resamples,
                           bootstrap.level, **({"title": title} if title else {}), detail=detail, added=questions,
                           controls=controls)
-    evidence = evidence_section(study.runs_dir, every_cell, every_response, every_step, judges, boot, aside=aside)
+    evidence = (evidence_section(study.runs_dir, every_cell, every_response, every_step, judges, boot, aside=aside)
+                or ({"set_aside": aside} if aside else {}))  # set-aside arms are named even without the study's arms
     text += "\n".join(evidence_markdown(evidence)) + ("\n" if evidence else "")
     figures, not_drawn = {}, {}
 

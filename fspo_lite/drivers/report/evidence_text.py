@@ -201,7 +201,8 @@ def control_markdown(section: dict) -> list[str]:
     lines = ["", "### The evaluation-only control: closed-book adapters asked with the evidence shown", "",
              "Described, read by no rule: grpo+ctxeval and fspo+ctxeval train as grpo and fspo do (closed-book) and "
              "are asked their held-out questions with the evidence in the prompt, which shows what the prompt does "
-             "without training with it.", ""]
+             "without training with it. Its differences are more readings beside the ten above, so more of them can "
+             "fall outside their intervals by chance.", ""]
     if not control:
         return lines + [f"- {line}." for line in waiting]
     same = control.get("same_training") or {}

@@ -382,3 +382,12 @@ def test_the_control_in_words():
         "(fspo), with 51.5% and 30.1% of their responses cut at the token limit; training with the evidence changes "
         "kb-supported sentences per response by +0.34 [+0.21, +0.47] (up) (grpo) and n/a (fspo) over showing it at "
         "test only.")
+
+
+def test_without_arms_drops_their_rows_and_leaves_a_frame_without_methods():
+    from fspo_lite.drivers.report.evidence import without_arms
+
+    frame = pd.DataFrame({"method": ["grpo", "grpo+ctx", "fspo"], "value": [1, 2, 3]})
+    assert without_arms(frame, ["grpo+ctx"])["value"].tolist() == [1, 3]
+    assert without_arms(frame, [])["value"].tolist() == [1, 2, 3]
+    assert without_arms(pd.DataFrame(), ["grpo+ctx"]).empty

@@ -22,7 +22,7 @@ from fspo_lite.drivers.report.plots import (curves_not_drawn, figures_not_drawn,
                                             plot_accuracy_vs_hallucination, plot_advantage_mass,
                                             plot_decomposition_by_method, plot_forest, plot_judges,
                                             plot_supported_unsupported, plot_training_curves, scatter_not_drawn)
-from fspo_lite.drivers.report.evidence import other_prompt_arms
+from fspo_lite.drivers.report.evidence import other_prompt_arms, without_arms
 from fspo_lite.drivers.report.flip_plot import flip_caption, plot_flip
 from fspo_lite.drivers.report.render import summary_document, verdict, verdict_markdown, write_summary
 from fspo_lite.drivers.report.study import (CAUTION_GOAL, DETAIL_ARM, LENGTH_STRATA, PERCENT_METRICS, caution_goal,
@@ -38,7 +38,7 @@ __all__ = [
     "OTHER_METRICS", "PERCENT_METRICS", "PER_RESPONSE", "QA_METRICS", "Study", "TRAINING_DIAGNOSTICS",
     "VERIFIER_QUESTION", "added_arms", "caution_goal", "detail_answer", "detail_arm_check", "interval_side",
     "longer_answer", "longer_check", "pairs_table", "question_metrics", "questions_markdown", "training_verifier",
-    "verifier_answer", "verifier_check", "curves_not_drawn", "figures_not_drawn", "judges_not_drawn",
+    "verifier_answer", "verifier_check", "without_arms", "curves_not_drawn", "figures_not_drawn", "judges_not_drawn",
     "mass_not_drawn", "scatter_not_drawn", "detail_markdown", "direction", "flip_example", "format_interval",
     "goal_check", "is_share", "judge_labels", "judges_of", "length_stratum", "load_heldout", "load_responses",
     "load_training", "matched_length", "metric_cells", "metric_order", "metric_scale", "other_benchmark_cells", "other_prompt_arms",

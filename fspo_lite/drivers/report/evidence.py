@@ -176,6 +176,12 @@ def other_prompt_arms(runs_dir: str | Path, reference: str) -> list[str]:
     return sorted(method for method, flags in shown.items() if flags != asked)
 
 
+def without_arms(frame: pd.DataFrame, arms: Sequence[str]) -> pd.DataFrame:
+    """`frame` without the rows of `arms` (its "method" column); a frame without that column, as an empty training
+    log, as it is."""
+    return frame[~frame["method"].isin(arms)] if "method" in frame else frame
+
+
 def evidence_responses(runs_dir: str | Path, arms: Sequence[str], judge: str = "kb", qa: str = "kbqa") -> pd.DataFrame:
     """One row per held-out `qa` response of every run of `arms`: method, seed, run, question, the quantities above
     (NaN where the record has no `judge` labels: column `judged` is 0 then), and the run's evidence_in_prompt and

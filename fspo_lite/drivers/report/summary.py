@@ -17,7 +17,7 @@ from fspo_lite.drivers.report.arms import (LONGER_QUESTION, VERIFIER_QUESTION, l
                                            questions_markdown, verifier_check)
 from fspo_lite.drivers.report.controls import (CONTROLS, NEWER, advantage_mass, control_check, controls_markdown,
                                                more_right_check)
-from fspo_lite.drivers.report.evidence import other_prompt_arms
+from fspo_lite.drivers.report.evidence import other_prompt_arms, without_arms
 from fspo_lite.drivers.report.evidence_readings import evidence_section
 from fspo_lite.drivers.report.evidence_text import evidence_markdown
 from fspo_lite.drivers.report.lite import OTHER_METRICS, load_training, quiet_zero_tables
@@ -298,8 +298,7 @@ def study_report(study: Study, bootstrap: Bootstrap = Bootstrap(), settings: dic
     every_cell, every_step = metric_cells(every_response, study.runs_dir), load_training(study.runs_dir)
     # the main tables compare arms asked the baseline's held-out prompt; the others, for the evidence section only
     aside = other_prompt_arms(study.runs_dir, study.baseline)
-    responses, cells, training = (frame[~frame["method"].isin(aside)] if "method" in frame else frame
-                                  for frame in (every_response, every_cell, every_step))
+    responses, cells, training = (without_arms(frame, aside) for frame in (every_response, every_cell, every_step))
     tables = study_statistics(cells, study.order, study.baseline, **boot)
     seeds = seed_values(cells)  # Welch's interval over seed values beside each bootstrap interval
     tables["differences"] = with_welch(tables["differences"], seeds, bootstrap.level)

@@ -148,13 +148,11 @@ def run_settings(run: Path) -> dict:
         config = read_config_mapping(path)
     except ConfigError as error:
         raise ResultFileError(str(error)) from None
-    limit = (config.get("evaluation") or {}).get("max_new_tokens") if isinstance(config.get("evaluation"),
-                                                                                dict) else None
+    evaluation, data = (config.get(key) if isinstance(config.get(key), dict) else {} for key in ("evaluation", "data"))
+    limit = evaluation.get("max_new_tokens")
     if limit is not None and not (type(limit) is int and limit > 0):
         raise ResultFileError(f"{path}: evaluation.max_new_tokens={limit!r} is not valid; valid: a whole number > 0")
-    data = config.get("data") if isinstance(config.get("data"), dict) else {}
-    asked = (config.get("evaluation") or {}).get("evidence_in_prompt") if isinstance(config.get("evaluation"),
-                                                                                   dict) else None
+    asked = evaluation.get("evidence_in_prompt")
     if asked is not None and not isinstance(asked, bool):
         raise ResultFileError(f"{path}: evaluation.evidence_in_prompt={asked!r} is not valid; valid: true, false or null")
     shown = data.get("evidence_in_prompt") is True
@@ -202,8 +200,7 @@ def evidence_responses(runs_dir: str | Path, arms: Sequence[str], judge: str = "
                          "evidence_in_prompt": settings["evidence_in_prompt"],
                          "heldout_evidence": settings["heldout_evidence"], **(found or {})})
     columns = ["method", "seed", "run", "question", "judged", "evidence_in_prompt", "heldout_evidence", "sentences",
-               "texts",
-               "checkable", "padding", "copied", "bare", "near_duplicates", "uncheckable", "malformed", "cut"]
+               "texts", "checkable", "padding", "copied", "bare", "near_duplicates", "uncheckable", "malformed", "cut"]
     return pd.DataFrame(rows).reindex(columns=columns)
 
 

@@ -123,6 +123,12 @@ def set_aside_only(section: dict | None) -> bool:
     return bool(section) and set(section) == {"set_aside"}
 
 
+def aside_line(arms: Sequence[str], lead: str, why: str) -> str:
+    """The sentence that names the arms set aside from the main tables, with why."""
+    return (f"{lead}: {', '.join(arms)} (their held-out prompts {why}, so they are not compared with the others "
+            "there).")
+
+
 def evidence_lead(section: dict | None) -> list[str]:
     """One line for the top of summary.md: both answers, or what is not read yet."""
     if not section or set_aside_only(section):
@@ -140,8 +146,8 @@ def evidence_markdown(section: dict | None) -> list[str]:
         return []
     if set_aside_only(section):
         return ["", "## Arms asked with another held-out prompt", "",
-                f"Not in the tables above: {', '.join(section['set_aside'])} (their held-out prompts differ from the "
-                "baseline's in showing the evidence, so they are not compared with the others there)."]
+                aside_line(section["set_aside"], "Not in the tables above", "differ from the baseline's in showing "
+                           "the evidence")]
     lines = ["", "## Evidence in the prompt, and the flip's escape closed", "",
              "Registered before these runs (docs/statistics.md, \"Evidence in the prompt, and the flip's escape "
              "closed\"). Primary judge kb. Each difference is the study's paired bootstrap over questions (as "
@@ -149,9 +155,8 @@ def evidence_markdown(section: dict | None) -> list[str]:
              "its 95% interval lies below or above 0, and *holds 0* otherwise. A reading is made only when all "
              f"{len(section.get('seeds') or [])} registered seeds of every arm it reads are in.", ""]
     if section.get("set_aside"):
-        lines += [f"Not in the tables above, read here only: {', '.join(section['set_aside'])} (their held-out "
-                  "prompts show the evidence and the baseline's do not, so they are not compared with the others "
-                  "there).", ""]
+        lines += [aside_line(section["set_aside"], "Not in the tables above, read here only",
+                             "show the evidence and the baseline's do not"), ""]
     pre = section.get("preflight")
     if pre:
         lines += [f"Pre-flight (the base model with the evidence prompt): {pre['supported']} of {pre['sentences']} "
